@@ -1,0 +1,16 @@
+//! nubo's shared vocabulary. Pure except for [`atomic`], the one helper every crate uses to
+//! write records.
+
+pub mod atomic;
+pub mod error;
+pub mod name;
+pub mod roots;
+pub mod size;
+pub mod state;
+
+pub use atomic::{write_atomic, write_json_atomic};
+pub use error::ErrorKind;
+pub use name::{NameError, VmName};
+pub use roots::{RootEnv, Roots, RootsError};
+pub use size::{ByteSize, SizeError};
+pub use state::VmState;

@@ -1,0 +1,98 @@
+//! The JSON record kept for every image in the store (`nubo image inspect` prints it).
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Firmware {
+    Bios,
+    Efi,
+}
+
+/// Kernel and initrd extracted from the image, for direct-kernel boot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootFiles {
+    pub kernel: PathBuf,
+    pub initrd: Option<PathBuf>,
+    /// Kernel command line that boots this image's root filesystem (without console= arguments,
+    /// which the backend adds for its own serial device).
+    pub cmdline: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Bootstrap,
+    Pull,
+    Import,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageSource {
+    pub kind: SourceKind,
+    /// Where the bytes came from: a URL for pulls, a path for imports, the mirror for bootstraps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The checksum the image was verified against (`sha256:<hex>` / `sha512:<hex>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// Concrete serial or release an alias such as Ubuntu's `current` resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    /// For bootstraps: the key of the recipe (packages, mirror, suite, size) that built it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImageRecord {
+    /// `name:tag`, canonical (aliases resolved: `debian:bookworm` is stored as `debian:12`).
+    pub reference: String,
+    /// `sha256:<hex>` of the stored file's bytes.
+    pub digest: String,
+    /// The read-only file in the store.
+    pub path: PathBuf,
+    /// `qcow2` or `raw`.
+    pub format: String,
+    /// Bytes on disk.
+    pub size: u64,
+    /// Bytes the guest sees.
+    pub virtual_size: u64,
+    /// `false` for appliances: no seed is made and personalisation options are refused.
+    pub cloud_init: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+    pub arch: String,
+    /// Firmware the image boots with.
+    #[serde(default)]
+    pub firmware: Vec<Firmware>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootFiles>,
+    pub default_vcpus: u32,
+    pub default_memory_mib: u64,
+    /// Backend the image asks for (`qemu`, `libvirt`, `cloud-hypervisor`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hypervisor: Option<String>,
+    pub source: ImageSource,
+    /// Whether the bytes were checked against a published or given checksum (always true for
+    /// bootstraps, which nubo built itself).
+    pub verified: bool,
+    /// RFC 3339 UTC.
+    pub created: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_seconds: Option<f64>,
+}
+
+impl ImageRecord {
+    pub fn kind_label(&self) -> &'static str {
+        if self.cloud_init {
+            "cloud-init"
+        } else {
+            "appliance"
+        }
+    }
+}

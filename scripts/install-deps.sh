@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nubo and its tests use, on Debian 12 (bookworm).
+# qemu-system-x86 comes from bookworm-backports: bookworm's 7.2 conflicts with the
+# backported qemu-utils these machines ship. Backports keeps its default priority (100),
+# so nothing else is upgraded from it. Never add testing or unstable here.
+set -euo pipefail
+
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+if [ "$codename" = bookworm ] && ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  # Use the same mirror the host already uses for bookworm itself.
+  # deb822 stanzas: take the URIs of the one whose Suites lists plain "bookworm".
+  mirror=$(awk 'BEGIN{RS=""} /(^|\n)Suites:[^\n]*[[:space:]]bookworm([[:space:]]|$)/ { if (match($0, /URIs:[[:space:]]*[^[:space:]]+/)) { split(substr($0, RSTART, RLENGTH), a, /[[:space:]]+/); print a[2]; exit } }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+  [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+  [ -n "$mirror" ] || { echo "install-deps: no bookworm apt source found to derive the backports mirror from" >&2; exit 1; }
+  printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$mirror" \
+    | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
+fi
+
+$SUDO apt-get update -qq
+backports=()
+[ "$codename" = bookworm ] && backports=(-t bookworm-backports)
+$SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" qemu-system-x86 qemu-utils
+$SUDO apt-get install -y -qq --no-install-recommends \
+  ca-certificates mmdebstrap dosfstools mtools grub-pc-bin grub-efi-amd64-bin ovmf seabios \
+  e2fsprogs fdisk util-linux xorriso genisoimage cloud-image-utils p7zip-full libarchive-tools \
+  python3-pycdlib openssh-client gcc pkg-config
