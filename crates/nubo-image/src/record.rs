@@ -74,6 +74,10 @@ pub struct ImageRecord {
     pub boot: Option<BootFiles>,
     pub default_vcpus: u32,
     pub default_memory_mib: u64,
+    /// The account cloud-init creates and gives the SSH keys to (`debian`, `ubuntu`, `rocky`):
+    /// the user `nubo vm ssh` logs in as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_user: Option<String>,
     /// Backend the image asks for (`qemu`, `libvirt`, `cloud-hypervisor`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hypervisor: Option<String>,

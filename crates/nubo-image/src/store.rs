@@ -221,6 +221,7 @@ mod tests {
             boot: None,
             default_vcpus: 1,
             default_memory_mib: 1024,
+            default_user: None,
             hypervisor: None,
             source: ImageSource { kind: SourceKind::Import, url: None, checksum: None, serial: None, recipe: None },
             verified: true,

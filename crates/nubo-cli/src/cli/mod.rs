@@ -1,0 +1,44 @@
+//! clap definitions only; execution lives in `commands/`.
+
+pub mod bootstrap;
+pub mod image;
+pub mod seed;
+pub mod vm;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "nubo", version, about = "Distro cloud images in, cloud-init-personalised VMs out", propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Verified local image store: pull, bootstrap, import, convert, inspect, remove
+    #[command(subcommand)]
+    Image(image::ImageCmd),
+    /// Build or inspect a NoCloud seed (a drop-in for cloud-localds)
+    #[command(subcommand)]
+    Seed(seed::SeedCmd),
+    /// Create and manage virtual machines
+    #[command(subcommand)]
+    Vm(vm::VmCmd),
+    /// Check this host's prerequisites, each with the package that fixes it
+    Doctor(DoctorArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: crate::output::Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}

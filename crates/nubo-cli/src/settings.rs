@@ -1,0 +1,46 @@
+//! Everything the binary reads from its environment, read once here; libraries never do.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use nubo_core::{RootEnv, Roots};
+
+use crate::cli::Cli;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub roots: Roots,
+    /// `NUBO_VM_BACKEND`: the backend for new VMs when neither the command nor the image names one.
+    pub env_backend: Option<String>,
+    /// Colour only on a terminal and never when `NO_COLOR` is set (no-color.org).
+    pub color: bool,
+    /// Progress bars and live phase lines on a TTY; plain lines otherwise.
+    pub stderr_tty: bool,
+    pub stdin_tty: bool,
+    pub home: Option<PathBuf>,
+}
+
+impl Settings {
+    pub fn from_env(_cli: &Cli) -> anyhow::Result<Settings> {
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let env = RootEnv {
+            nubo_root: var("NUBO_ROOT").map(PathBuf::from),
+            nubo_run_dir: var("NUBO_RUN_DIR").map(PathBuf::from),
+            xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
+            xdg_runtime_dir: var("XDG_RUNTIME_DIR").map(PathBuf::from),
+            home: var("HOME").map(PathBuf::from),
+            is_root: nix::unistd::geteuid().is_root(),
+        };
+        let roots = Roots::resolve(&env).context("resolving nubo's state directories")?;
+        let stderr_tty = std::io::stderr().is_terminal();
+        Ok(Settings {
+            roots,
+            env_backend: std::env::var("NUBO_VM_BACKEND").ok().filter(|v| !v.is_empty()),
+            color: stderr_tty && var("NO_COLOR").is_none(),
+            stderr_tty,
+            stdin_tty: std::io::stdin().is_terminal(),
+            home: env.home,
+        })
+    }
+}
