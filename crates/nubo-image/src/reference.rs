@@ -35,7 +35,8 @@ impl ImageRef {
             return Err(RefError::Malformed(s.to_owned()));
         }
         let ok = |p: &str| {
-            p.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
+            p.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '_' | '-'))
                 && !p.starts_with('.')
         };
         if !ok(name) || !ok(tag) {
@@ -45,7 +46,10 @@ impl ImageRef {
             .iter()
             .find(|(n, alias, _)| *n == name && *alias == tag)
             .map_or(tag, |(_, _, canonical)| canonical);
-        Ok(ImageRef { name: name.to_owned(), tag: tag.to_owned() })
+        Ok(ImageRef {
+            name: name.to_owned(),
+            tag: tag.to_owned(),
+        })
     }
 }
 

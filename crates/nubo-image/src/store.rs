@@ -49,7 +49,10 @@ impl StoreError {
 }
 
 fn io_at(path: &Path) -> impl FnOnce(io::Error) -> StoreError + '_ {
-    move |source| StoreError::Io { path: path.to_path_buf(), source }
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -223,7 +226,13 @@ mod tests {
             default_memory_mib: 1024,
             default_user: None,
             hypervisor: None,
-            source: ImageSource { kind: SourceKind::Import, url: None, checksum: None, serial: None, recipe: None },
+            source: ImageSource {
+                kind: SourceKind::Import,
+                url: None,
+                checksum: None,
+                serial: None,
+                recipe: None,
+            },
             verified: true,
             created: "2026-12-01T00:00:00Z".into(),
             build_seconds: None,
