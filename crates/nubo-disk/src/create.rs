@@ -1,0 +1,342 @@
+//! Writing new images: an empty qcow2, or a thin overlay over a base. Never clobbers (O_EXCL),
+//! fsyncs the file and its directory, and removes what it made on any failure.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use nubo_core::ByteSize;
+
+use crate::error::DiskError;
+use crate::inspect::{inspect_as, MAX_BACKING_DEPTH};
+use crate::layout::{layout, BackingRef, Layout};
+use crate::qcow2::CryptMethod;
+use crate::Format;
+
+/// Creates `out`, an empty qcow2 v3 overlay over `base` (opened as `base_format`, which must be
+/// what the file is unless raw). The overlay records the base's absolute path and its format,
+/// so qemu never probes the base. `virtual_size` defaults to the base's (rounded up to whole
+/// sectors) and may only grow it: growing a disk is giving its overlay a larger size.
+pub fn create_overlay(
+    base: &Path,
+    base_format: Format,
+    out: &Path,
+    virtual_size: Option<u64>,
+) -> Result<(), DiskError> {
+    let base_abs = fs::canonicalize(base).map_err(|e| DiskError::io("resolve", base, e))?;
+    let info = inspect_as(&base_abs, base_format)?;
+    if info.chain_depth + 1 > MAX_BACKING_DEPTH {
+        return Err(DiskError::ChainTooDeep {
+            path: out.to_path_buf(),
+            max: MAX_BACKING_DEPTH,
+        });
+    }
+    if info.qcow2.as_ref().is_some_and(|h| h.crypt_method != CryptMethod::None) {
+        return Err(DiskError::Encrypted { path: base_abs });
+    }
+    let size = match virtual_size {
+        None => info.virtual_size.next_multiple_of(512),
+        Some(s) if s < info.virtual_size => {
+            return Err(DiskError::TooSmall {
+                base: base_abs,
+                requested: ByteSize(s),
+                base_size: ByteSize(info.virtual_size),
+            })
+        }
+        Some(s) => s,
+    };
+    let name = base_abs
+        .to_str()
+        .ok_or_else(|| DiskError::NonUtf8Path(base_abs.clone()))?;
+    let layout = layout(
+        size,
+        Some(BackingRef {
+            name,
+            driver: base_format.qemu_driver(),
+        }),
+    )?;
+    write_new(out, &layout)
+}
+
+/// Creates `out`, an empty qcow2 v3 image of `virtual_size` bytes (a multiple of 512) with no
+/// backing file.
+pub fn create_qcow2(out: &Path, virtual_size: u64) -> Result<(), DiskError> {
+    write_new(out, &layout(virtual_size, None)?)
+}
+
+fn write_new(out: &Path, layout: &Layout) -> Result<(), DiskError> {
+    // 0600: the overlay will hold the guest's writes; libvirt relabels disks it hands to qemu.
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .map_err(|e| DiskError::io("create", out, e))?;
+    let result = fill(&file, out, layout);
+    if result.is_err() {
+        drop(file);
+        let _ = fs::remove_file(out);
+    }
+    result
+}
+
+fn fill(file: &File, out: &Path, layout: &Layout) -> Result<(), DiskError> {
+    let io = |action| {
+        move |e| DiskError::Io {
+            action,
+            path: out.to_path_buf(),
+            source: e,
+        }
+    };
+    // Extend first: the L1 table and the rest stay holes, read back as zeros.
+    file.set_len(layout.len).map_err(io("extend"))?;
+    for (offset, data) in &layout.writes {
+        file.write_all_at(data, *offset).map_err(io("write"))?;
+    }
+    file.sync_all().map_err(io("fsync"))?;
+    let dir = out
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| DiskError::Io {
+        action: "fsync the directory of",
+        path: out.to_path_buf(),
+        source: e,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inspect::inspect;
+    use crate::DiskInfo;
+    use std::path::PathBuf;
+
+    /// A qcow2 at `path` whose backing name is stored verbatim (for chains nubo would not make).
+    fn qcow2_backed_by(path: &Path, name: &str, driver: &str) {
+        write_new(path, &layout(1 << 20, Some(BackingRef { name, driver })).unwrap()).unwrap();
+    }
+
+    fn raw(dir: &Path, len: usize) -> PathBuf {
+        let p = dir.join("base.raw");
+        fs::write(&p, vec![7u8; len]).unwrap();
+        p
+    }
+
+    #[test]
+    fn create_qcow2_inspects_as_empty_qcow2() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("a.qcow2");
+
+        create_qcow2(&out, 1 << 30).unwrap();
+
+        let info = inspect(&out).unwrap();
+        assert_eq!(
+            (info.format, info.virtual_size, info.cluster_size),
+            (Format::Qcow2, 1 << 30, Some(65536))
+        );
+        assert_eq!((info.backing, info.chain_depth), (None, 0));
+    }
+
+    #[test]
+    fn create_overlay_raw_base_records_absolute_path_and_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 1000);
+        let out = dir.path().join("o.qcow2");
+
+        create_overlay(&base, Format::Raw, &out, None).unwrap();
+
+        let info = inspect(&out).unwrap();
+        assert_eq!(info.virtual_size, 1024);
+        assert_eq!(info.chain_depth, 1);
+        let backing = info.backing.unwrap();
+        assert_eq!(backing.file, fs::canonicalize(&base).unwrap());
+        assert_eq!(backing.format, Some(Format::Raw));
+    }
+
+    #[test]
+    fn create_overlay_over_overlay_deepens_chain() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+        let mid = dir.path().join("mid.qcow2");
+        let top = dir.path().join("top.qcow2");
+        create_overlay(&base, Format::Raw, &mid, None).unwrap();
+
+        create_overlay(&mid, Format::Qcow2, &top, Some(1 << 20)).unwrap();
+
+        let info = inspect(&top).unwrap();
+        assert_eq!((info.chain_depth, info.virtual_size), (2, 1 << 20));
+    }
+
+    #[test]
+    fn create_overlay_existing_output_is_not_clobbered() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+        let out = dir.path().join("o.qcow2");
+        fs::write(&out, b"precious").unwrap();
+
+        let err = create_overlay(&base, Format::Raw, &out, None).unwrap_err();
+
+        assert_eq!(err.kind(), nubo_core::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&out).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn create_overlay_smaller_than_base_names_both_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("b.qcow2");
+        create_qcow2(&base, 2 << 30).unwrap();
+        let out = dir.path().join("o.qcow2");
+
+        let err = create_overlay(&base, Format::Qcow2, &out, Some(1 << 30)).unwrap_err();
+
+        let msg = err.to_string();
+        assert!(msg.contains("1G") && msg.contains("2G"), "{msg}");
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn create_overlay_wrong_base_format_is_refused_without_residue() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+        let out = dir.path().join("o.qcow2");
+
+        let err = create_overlay(&base, Format::Qcow2, &out, None).unwrap_err();
+
+        assert!(matches!(
+            err,
+            DiskError::FormatMismatch {
+                expected: Format::Qcow2,
+                found: Format::Raw,
+                ..
+            }
+        ));
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn create_overlay_unaligned_size_is_refused_without_residue() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+        let out = dir.path().join("o.qcow2");
+
+        let err = create_overlay(&base, Format::Raw, &out, Some(5000)).unwrap_err();
+
+        assert!(matches!(err, DiskError::Unaligned(5000)));
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn create_overlay_missing_base_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+
+        let err = create_overlay(&dir.path().join("nope"), Format::Raw, &dir.path().join("o"), None).unwrap_err();
+
+        assert_eq!(err.kind(), nubo_core::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn create_overlay_beyond_depth_bound_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut below = raw(dir.path(), 4096);
+        let mut format = Format::Raw;
+        for i in 0..MAX_BACKING_DEPTH {
+            let next = dir.path().join(format!("l{i}.qcow2"));
+            create_overlay(&below, format, &next, None).unwrap();
+            (below, format) = (next, Format::Qcow2);
+        }
+
+        let err = create_overlay(&below, format, &dir.path().join("deep.qcow2"), None).unwrap_err();
+
+        assert!(matches!(
+            err,
+            DiskError::ChainTooDeep {
+                max: MAX_BACKING_DEPTH,
+                ..
+            }
+        ));
+        assert!(!dir.path().join("deep.qcow2").exists());
+    }
+
+    #[test]
+    fn inspect_self_referencing_backing_is_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("loop.qcow2");
+        qcow2_backed_by(&img, "loop.qcow2", "qcow2");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
+    }
+
+    #[test]
+    fn inspect_two_image_cycle_is_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        qcow2_backed_by(&dir.path().join("a"), "b", "qcow2");
+        qcow2_backed_by(&dir.path().join("b"), "a", "qcow2");
+
+        let err = inspect(&dir.path().join("a")).unwrap_err();
+
+        assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
+    }
+
+    #[test]
+    fn inspect_relative_backing_resolves_against_image_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        raw(dir.path(), 4096);
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "base.raw", "raw");
+
+        let info: DiskInfo = inspect(&img).unwrap();
+
+        assert_eq!(info.backing.unwrap().file, dir.path().join("base.raw"));
+    }
+
+    #[test]
+    fn inspect_missing_backing_names_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "gone.raw", "raw");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::MissingBacking { .. }));
+        assert!(err.to_string().contains("gone.raw") && err.to_string().contains("o.qcow2"));
+    }
+
+    #[test]
+    fn inspect_protocol_backing_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "nbd:127.0.0.1:10809", "raw");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::BackingProtocol { .. }));
+    }
+
+    #[test]
+    fn inspect_unknown_backing_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        raw(dir.path(), 4096);
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "base.raw", "qed");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::UnknownBackingFormat { .. }));
+    }
+
+    #[test]
+    fn inspect_raw_file_size_is_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 3000);
+
+        let info = inspect(&base).unwrap();
+
+        assert_eq!(
+            (info.format, info.virtual_size, info.cluster_size),
+            (Format::Raw, 3000, None)
+        );
+    }
+}
