@@ -1,0 +1,106 @@
+//! The seed crate's errors. Each names the object, the cause and, where there is one, the fix.
+
+use nubo_core::ErrorKind;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SeedError {
+    #[error("hostname `{hostname}` is invalid: {why}")]
+    InvalidHostname { hostname: String, why: String },
+
+    #[error("instance-id `{id}` is invalid: {why}")]
+    InvalidInstanceId { id: String, why: String },
+
+    #[error("user-data is not a format cloud-init runs: {why}")]
+    UnsupportedUserData { why: String },
+
+    #[error("user-data `#cloud-config` is not valid YAML at line {line}, column {column}: {why}")]
+    InvalidCloudConfig { line: usize, column: usize, why: String },
+
+    #[error("seed file `{name}` is {size} bytes, over the {max}-byte limit of a seed: move large payloads into the image or fetch them at boot")]
+    FileTooLarge { name: String, size: u64, max: u64 },
+
+    #[error("seed file name `{name}` is invalid: {why}")]
+    InvalidFileName { name: String, why: String },
+
+    #[error("seed file `{name}` is listed twice")]
+    DuplicateFile { name: String },
+
+    #[error("seed image is not ISO9660 or VFAT: {why}")]
+    UnknownImage { why: String },
+
+    #[error("seed image is malformed: {why}")]
+    Malformed { why: String },
+
+    #[error("seed image uses {what}, which nubo's reader does not support")]
+    UnsupportedImage { what: String },
+
+    #[error("writing the seed image")]
+    Write(#[source] std::io::Error),
+
+    #[error("building the VFAT seed image")]
+    Vfat(#[source] std::io::Error),
+}
+
+impl SeedError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SeedError::InvalidHostname { .. }
+            | SeedError::InvalidInstanceId { .. }
+            | SeedError::UnsupportedUserData { .. }
+            | SeedError::InvalidCloudConfig { .. }
+            | SeedError::FileTooLarge { .. }
+            | SeedError::InvalidFileName { .. }
+            | SeedError::DuplicateFile { .. }
+            | SeedError::UnknownImage { .. } => ErrorKind::InvalidInput,
+            SeedError::Malformed { .. } => ErrorKind::Integrity,
+            SeedError::UnsupportedImage { .. } => ErrorKind::Unsupported,
+            SeedError::Write(_) | SeedError::Vfat(_) => ErrorKind::Io,
+        }
+    }
+
+    pub(crate) fn malformed(why: impl Into<String>) -> SeedError {
+        SeedError::Malformed { why: why.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_invalid_hostname_is_invalid_input() {
+        let e = SeedError::InvalidHostname {
+            hostname: "a_b".into(),
+            why: "x".into(),
+        };
+
+        let kind = e.kind();
+
+        assert_eq!(kind, ErrorKind::InvalidInput);
+    }
+
+    #[test]
+    fn kind_malformed_image_is_integrity() {
+        let e = SeedError::malformed("truncated");
+
+        let kind = e.kind();
+
+        assert_eq!(kind, ErrorKind::Integrity);
+    }
+
+    #[test]
+    fn display_file_too_large_names_file_and_fix() {
+        let e = SeedError::FileTooLarge {
+            name: "user-data".into(),
+            size: 20,
+            max: 10,
+        };
+
+        let msg = e.to_string();
+
+        assert!(
+            msg.contains("`user-data`") && msg.contains("move large payloads"),
+            "{msg}"
+        );
+    }
+}

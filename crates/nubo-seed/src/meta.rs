@@ -1,0 +1,171 @@
+//! `meta-data`: the instance-id and local-hostname cloud-init's NoCloud datasource reads.
+
+use crate::error::SeedError;
+use crate::yaml::scalar;
+
+/// RFC 1035's limit on a name's length (in its dotted text form).
+const MAX_HOSTNAME: usize = 253;
+/// RFC 1035's limit on one label.
+const MAX_LABEL: usize = 63;
+/// cloud-init makes `/var/lib/cloud/instances/<id>`: an id must be a safe, short file name.
+const MAX_INSTANCE_ID: usize = 255;
+
+/// Checks `h` as an RFC 1123 host name (dotted labels of letters, digits and inner hyphens).
+/// Non-ASCII names are refused rather than converted: the guest's `hostname` needs the
+/// punycode form, and converting silently would make the name the user sees differ from the VM's.
+pub fn validate_hostname(h: &str) -> Result<(), SeedError> {
+    let fail = |why: String| {
+        Err(SeedError::InvalidHostname {
+            hostname: h.to_owned(),
+            why,
+        })
+    };
+    if let Some(c) = h.chars().find(|c| !c.is_ascii()) {
+        return fail(format!("`{c}` is not ASCII: use the name's punycode (xn--) form"));
+    }
+    if h.is_empty() {
+        return fail("it is empty: give a name such as `web-1`".into());
+    }
+    if h.len() > MAX_HOSTNAME {
+        return fail(format!(
+            "it is {} characters long, over the limit of {MAX_HOSTNAME}",
+            h.len()
+        ));
+    }
+    for label in h.split('.') {
+        if label.is_empty() {
+            return fail("it has an empty label (leading, trailing or doubled `.`)".into());
+        }
+        if label.len() > MAX_LABEL {
+            return fail(format!("label `{label}` is over {MAX_LABEL} characters"));
+        }
+        if let Some(c) = label.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-')) {
+            return fail(format!("`{c}` is not allowed: use letters, digits and `-`"));
+        }
+        if label.starts_with('-') || label.ends_with('-') {
+            return fail(format!("label `{label}` starts or ends with `-`"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an instance-id: cloud-init uses it as a directory name, so it is kept to a portable
+/// file-name alphabet (a UUID, `iid-local01` or `i-0abc` all fit).
+pub fn validate_instance_id(id: &str) -> Result<(), SeedError> {
+    let fail = |why: String| Err(SeedError::InvalidInstanceId { id: id.to_owned(), why });
+    if id.is_empty() {
+        return fail("it is empty: use the VM's UUID".into());
+    }
+    if id.len() > MAX_INSTANCE_ID {
+        return fail(format!(
+            "it is {} bytes long, over the limit of {MAX_INSTANCE_ID}",
+            id.len()
+        ));
+    }
+    if id == "." || id == ".." {
+        return fail("it is a directory name cloud-init cannot use".into());
+    }
+    if let Some(c) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+    {
+        return fail(format!(
+            "`{}` is not allowed: use letters, digits and `.`, `_`, `-`, `:`",
+            c.escape_debug()
+        ));
+    }
+    Ok(())
+}
+
+/// `instance-id: <id>\nlocal-hostname: <h>\n`, each value validated and YAML-quoted when needed.
+pub fn render_meta_data(instance_id: &str, local_hostname: &str) -> Result<Vec<u8>, SeedError> {
+    validate_instance_id(instance_id)?;
+    validate_hostname(local_hostname)?;
+    Ok(format!(
+        "instance-id: {}\nlocal-hostname: {}\n",
+        scalar(instance_id),
+        scalar(local_hostname)
+    )
+    .into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_meta_data_plain_values_match_contract() {
+        let md = render_meta_data("iid-local01", "web-1").unwrap();
+
+        assert_eq!(md, b"instance-id: iid-local01\nlocal-hostname: web-1\n");
+    }
+
+    #[test]
+    fn render_meta_data_uuid_starting_with_digit_is_quoted() {
+        let md = render_meta_data("0e9c1c5e-6f43-4a4b-9d0e-1a2b3c4d5e6f", "h").unwrap();
+
+        assert_eq!(
+            md,
+            b"instance-id: \"0e9c1c5e-6f43-4a4b-9d0e-1a2b3c4d5e6f\"\nlocal-hostname: h\n"
+        );
+    }
+
+    #[test]
+    fn render_meta_data_numeric_hostname_is_quoted() {
+        let md = render_meta_data("i", "123").unwrap();
+
+        assert_eq!(md, b"instance-id: i\nlocal-hostname: \"123\"\n");
+    }
+
+    #[test]
+    fn validate_hostname_non_ascii_is_refused_with_punycode_hint() {
+        let err = validate_hostname("café").unwrap_err();
+
+        assert!(err.to_string().contains("punycode"), "{err}");
+    }
+
+    #[test]
+    fn validate_hostname_fqdn_is_accepted() {
+        assert!(validate_hostname("web-1.example.org").is_ok());
+    }
+
+    #[test]
+    fn validate_hostname_underscore_is_refused() {
+        assert!(validate_hostname("web_1").is_err());
+    }
+
+    #[test]
+    fn validate_hostname_trailing_dot_is_refused() {
+        assert!(validate_hostname("web.").is_err());
+    }
+
+    #[test]
+    fn validate_hostname_leading_hyphen_is_refused() {
+        assert!(validate_hostname("-web").is_err());
+    }
+
+    #[test]
+    fn validate_hostname_long_label_is_refused() {
+        assert!(validate_hostname(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn validate_hostname_empty_is_refused() {
+        assert!(validate_hostname("").is_err());
+    }
+
+    #[test]
+    fn validate_instance_id_slash_is_refused() {
+        assert!(validate_instance_id("a/b").is_err());
+    }
+
+    #[test]
+    fn validate_instance_id_newline_is_refused() {
+        assert!(validate_instance_id("a\nlocal-hostname: evil").is_err());
+    }
+
+    #[test]
+    fn validate_instance_id_dotdot_is_refused() {
+        assert!(validate_instance_id("..").is_err());
+    }
+}
