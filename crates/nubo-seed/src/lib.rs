@@ -31,6 +31,7 @@ pub const VENDOR_DATA: &str = "vendor-data";
 pub struct SeedSpec {
     /// cloud-init runs its per-instance modules once per id; nubo uses the VM's UUID.
     pub instance_id: String,
+    /// Empty leaves `local-hostname` out of meta-data (the image keeps its own hostname).
     pub local_hostname: String,
     /// `None` still writes an empty `user-data`: NoCloud requires the file to exist.
     pub user_data: Option<Vec<u8>>,

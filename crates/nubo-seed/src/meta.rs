@@ -78,15 +78,16 @@ pub fn validate_instance_id(id: &str) -> Result<(), SeedError> {
 }
 
 /// `instance-id: <id>\nlocal-hostname: <h>\n`, each value validated and YAML-quoted when needed.
+/// An empty `local_hostname` leaves the line out, so the image keeps its own hostname (what
+/// cloud-localds does without a meta-data file); nubo's engine always gives one.
 pub fn render_meta_data(instance_id: &str, local_hostname: &str) -> Result<Vec<u8>, SeedError> {
     validate_instance_id(instance_id)?;
-    validate_hostname(local_hostname)?;
-    Ok(format!(
-        "instance-id: {}\nlocal-hostname: {}\n",
-        scalar(instance_id),
-        scalar(local_hostname)
-    )
-    .into_bytes())
+    let mut out = format!("instance-id: {}\n", scalar(instance_id));
+    if !local_hostname.is_empty() {
+        validate_hostname(local_hostname)?;
+        out.push_str(&format!("local-hostname: {}\n", scalar(local_hostname)));
+    }
+    Ok(out.into_bytes())
 }
 
 #[cfg(test)]
@@ -115,6 +116,13 @@ mod tests {
         let md = render_meta_data("i", "123").unwrap();
 
         assert_eq!(md, b"instance-id: i\nlocal-hostname: \"123\"\n");
+    }
+
+    #[test]
+    fn render_meta_data_empty_hostname_omits_line() {
+        let md = render_meta_data("i", "").unwrap();
+
+        assert_eq!(md, b"instance-id: i\n");
     }
 
     #[test]

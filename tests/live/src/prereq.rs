@@ -22,6 +22,17 @@ pub fn check(name: &str) -> Result<(), String> {
 fn probe(name: &str) -> Result<(), String> {
     match name {
         "qemu" => tool("qemu-system-x86_64", "qemu-system-x86 (from bookworm-backports)"),
+        // The seed interop tests: independent readers of nubo's ISO and VFAT seeds, and the
+        // tools whose images nubo's reader must read.
+        "iso-tools" => tool("xorriso", "xorriso")
+            .and_then(|()| tool("isoinfo", "genisoimage"))
+            .and_then(|()| tool("blkid", "util-linux")),
+        "pycdlib" => pycdlib_python().map(|_| ()),
+        "7z" => tool("7z", "p7zip-full"),
+        "bsdtar" => tool("bsdtar", "libarchive-tools"),
+        "mtools" => tool("mdir", "mtools").and_then(|()| tool("mtype", "mtools")),
+        "genisoimage" => tool("genisoimage", "genisoimage"),
+        "cloud-localds" => tool("cloud-localds", "cloud-image-utils"),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }
@@ -39,4 +50,21 @@ pub fn tool(cmd: &str, package: &str) -> Result<(), String> {
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A Python that can `import pycdlib`: Debian's python3-pycdlib lives in /usr/bin/python3's
+/// dist-packages, which a pyenv or venv `python3` earlier on PATH does not see.
+pub fn pycdlib_python() -> Result<String, String> {
+    for py in ["python3", "/usr/bin/python3"] {
+        let ok = std::process::Command::new(py)
+            .args(["-c", "import pycdlib"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Ok(py.to_owned());
+        }
+    }
+    Err("no python3 can `import pycdlib`: install python3-pycdlib".to_owned())
 }
