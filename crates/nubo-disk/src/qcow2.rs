@@ -182,6 +182,7 @@ pub fn parse_qcow2_header(bytes: &[u8]) -> Result<Qcow2Header, HeaderError> {
         if (len as usize) < V3_MIN_HEADER_LEN || !len.is_multiple_of(8) || len > cluster {
             return Err(HeaderError::HeaderLength { len, cluster });
         }
+        r.need(len as usize)?;
         if len as usize > V3_MIN_HEADER_LEN {
             h.compression_type = r.u8(V3_MIN_HEADER_LEN)?;
         }
@@ -470,6 +471,22 @@ mod tests {
         assert!(matches!(
             parse_qcow2_header(&bytes),
             Err(HeaderError::HeaderLength { len: 108, .. })
+        ));
+    }
+
+    /// Regression (fuzz crash-0e906c09): a header_length equal to the cluster size, past the end
+    /// of the input, was accepted because the extension loop had no room to run.
+    #[test]
+    fn parse_header_length_past_input_is_truncated() {
+        let bytes = &v3(&[(100, &[0, 0, 0x10, 0])])[..1024];
+
+        assert!(matches!(
+            parse_qcow2_header(bytes),
+            Err(HeaderError::Truncated {
+                need: 4096,
+                got: 1024,
+                ..
+            })
         ));
     }
 

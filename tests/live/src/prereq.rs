@@ -22,6 +22,8 @@ pub fn check(name: &str) -> Result<(), String> {
 fn probe(name: &str) -> Result<(), String> {
     match name {
         "qemu" => tool("qemu-system-x86_64", "qemu-system-x86 (from bookworm-backports)"),
+        // qemu-io ships in the same package; the disk tests write through overlays with it.
+        "qemu-img" => tool("qemu-img", "qemu-utils").and_then(|()| tool("qemu-io", "qemu-utils")),
         // The seed interop tests: independent readers of nubo's ISO and VFAT seeds, and the
         // tools whose images nubo's reader must read.
         "iso-tools" => tool("xorriso", "xorriso")
