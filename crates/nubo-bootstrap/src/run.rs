@@ -1,0 +1,124 @@
+//! Runs the build's external commands: output kept in the build log, stderr lines streamed to
+//! the caller's progress, and a failure reported with the command's last lines.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::build::{Progress, Stage};
+use crate::error::{io_err, BootstrapError};
+
+/// How many lines of a failed command's output the error carries.
+const TAIL_LINES: usize = 25;
+
+pub struct Runner<'a> {
+    pub log: PathBuf,
+    pub progress: &'a mut dyn Progress,
+}
+
+impl Runner<'_> {
+    /// Runs `cmd` to completion, feeding `stdin` if given.
+    pub fn run(&mut self, stage: Stage, mut cmd: Command, stdin: Option<&str>) -> Result<(), BootstrapError> {
+        let mut log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(io_err("cannot write build log", &self.log))?;
+        let start = log
+            .seek(SeekFrom::End(0))
+            .map_err(io_err("cannot write build log", &self.log))?;
+        let shown = display(&cmd);
+        writeln!(log, "$ {shown}").map_err(io_err("cannot write build log", &self.log))?;
+        let out = log.try_clone().map_err(io_err("cannot write build log", &self.log))?;
+        cmd.stdout(Stdio::from(out)).stderr(Stdio::piped());
+        cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().map_err(|source| BootstrapError::Spawn {
+            stage: stage.label(),
+            command: shown.clone(),
+            source,
+        })?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            // A tool that exits early closes the pipe; its exit status then says why.
+            let _ = pipe.write_all(text.as_bytes());
+        }
+        if let Some(err) = child.stderr.take() {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "{line}");
+                self.progress.detail(stage, &line);
+            }
+        }
+        let status = child.wait().map_err(|source| BootstrapError::Spawn {
+            stage: stage.label(),
+            command: shown.clone(),
+            source,
+        })?;
+        if status.success() {
+            return Ok(());
+        }
+        Err(BootstrapError::Command {
+            stage: stage.label(),
+            command: shown,
+            status: status.to_string(),
+            log_tail: tail(&self.log, start),
+        })
+    }
+
+    /// Runs `cmd` with its stdout written to `dest` (how a file is read out of a root tree that
+    /// only the user namespace can read).
+    pub fn run_to_file(&mut self, stage: Stage, mut cmd: Command, dest: &Path) -> Result<(), BootstrapError> {
+        let f = File::create(dest).map_err(io_err("cannot create", dest))?;
+        let shown = display(&cmd);
+        cmd.stdout(Stdio::from(f)).stderr(Stdio::piped()).stdin(Stdio::null());
+        let out = cmd.output().map_err(|source| BootstrapError::Spawn {
+            stage: stage.label(),
+            command: shown.clone(),
+            source,
+        })?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(BootstrapError::Command {
+            stage: stage.label(),
+            command: shown,
+            status: out.status.to_string(),
+            log_tail: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+        })
+    }
+}
+
+fn display(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The last lines the log gained since byte `from`.
+fn tail(log: &Path, from: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = File::open(log) {
+        let _ = f.seek(SeekFrom::Start(from));
+        let _ = f.read_to_string(&mut text);
+    }
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_last_lines_after_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        let body: String = (0..40).map(|i| format!("l{i}\n")).collect();
+        std::fs::write(&p, format!("old\n{body}")).unwrap();
+
+        let t = tail(&p, 4);
+
+        assert!(t.starts_with("l15\n") && t.ends_with("l39"), "{t}");
+    }
+}
