@@ -495,4 +495,28 @@ mod tests {
     fn checksum_from_str_without_algorithm_is_spec_error() {
         assert!(matches!(H256.parse::<Checksum>(), Err(ChecksumError::Spec(_))));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn parsers_arbitrary_text_never_panic(text in "\\PC{0,300}") {
+            let _ = parse_gnu(&text, Algorithm::Sha256);
+            let _ = parse_bsd(&text);
+            let _ = parse_sidecar(&text, Algorithm::Sha512, "x");
+        }
+
+        #[test]
+        fn parse_gnu_written_entries_round_trip(
+            entries in proptest::collection::btree_map("[a-zA-Z0-9._-]{1,40}", "[0-9a-f]{64}", 1..20),
+            binary in proptest::bool::ANY,
+        ) {
+            let sep = if binary { " *" } else { "  " };
+            let text: String = entries.iter().map(|(n, h)| format!("{h}{sep}{n}\n")).collect();
+
+            let list = parse_gnu(&text, Algorithm::Sha256).unwrap();
+
+            for (n, h) in &entries {
+                proptest::prop_assert_eq!(&list.get(n).unwrap().hex, h);
+            }
+        }
+    }
 }

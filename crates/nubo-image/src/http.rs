@@ -76,14 +76,16 @@ fn roots(tls: &TlsSettings) -> Result<Vec<Certificate<'static>>, PullError> {
 }
 
 /// An agent that reports every HTTP status to the caller (Range handling needs 206/416) and
-/// follows redirects (mirrors redirect to their nearest node).
-pub fn agent(tls: &TlsSettings) -> Result<ureq::Agent, PullError> {
+/// follows redirects (mirrors redirect to their nearest node); unless `allow_http`, a redirect
+/// to plain http is refused too, not just the first URL.
+pub fn agent(tls: &TlsSettings, allow_http: bool) -> Result<ureq::Agent, PullError> {
     let tls_config = TlsConfig::builder()
         .root_certs(RootCerts::Specific(Arc::new(roots(tls)?)))
         .build();
     Ok(ureq::Agent::config_builder()
         .tls_config(tls_config)
         .http_status_as_error(false)
+        .https_only(!allow_http)
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .timeout_recv_body(None)
         .timeout_per_read(Some(READ_TIMEOUT))

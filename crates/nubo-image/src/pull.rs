@@ -140,7 +140,7 @@ pub fn pull(
     req: &PullRequest,
     progress: &mut dyn FnMut(PullEvent),
 ) -> Result<ImageRecord, PullError> {
-    let agent = http::agent(&req.tls)?;
+    let agent = http::agent(&req.tls, req.allow_http)?;
     let plan = match &req.source {
         PullSource::Catalog(r) => plan_catalog(&agent, req, r, progress)?,
         PullSource::Url(u) => plan_url(&agent, req, u, progress)?,
