@@ -253,3 +253,172 @@ impl Be<'_> {
         Ok(u64::from_be_bytes(a))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(b: &mut Vec<u8>, at: usize, bytes: &[u8]) {
+        if b.len() < at + bytes.len() {
+            b.resize(at + bytes.len(), 0);
+        }
+        b[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    #[test]
+    fn vmdk_sparse_header_gives_capacity_and_grain() {
+        let mut b = b"KDMV".to_vec();
+        put(&mut b, 12, &204_800u64.to_le_bytes());
+        put(&mut b, 20, &128u64.to_le_bytes());
+
+        let info = parse_foreign(Format::Vmdk, &b).unwrap();
+
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 100 << 20,
+                cluster_size: Some(65536)
+            }
+        );
+    }
+
+    #[test]
+    fn vmdk_descriptor_sums_its_extents() {
+        let text = b"# Disk DescriptorFile\nversion=1\nRW 2048 FLAT \"a-flat.vmdk\" 0\nRDONLY 2048 SPARSE \"b.vmdk\"\n";
+
+        let info = parse_foreign(Format::Vmdk, text).unwrap();
+
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 2 << 20,
+                cluster_size: None
+            }
+        );
+    }
+
+    #[test]
+    fn vdi_header_gives_disk_and_block_size() {
+        let mut b = vec![0u8; 0x180];
+        put(&mut b, 0x170, &(64u64 << 20).to_le_bytes());
+        put(&mut b, 0x178, &(1u32 << 20).to_le_bytes());
+
+        let info = parse_foreign(Format::Vdi, &b).unwrap();
+
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 64 << 20,
+                cluster_size: Some(1 << 20)
+            }
+        );
+    }
+
+    fn vpc_footer(creator: &[u8; 4], current: u64, chs: (u16, u8, u8), disk_type: u32) -> Vec<u8> {
+        let mut b = b"conectix".to_vec();
+        put(&mut b, 16, &512u64.to_be_bytes());
+        put(&mut b, 28, creator);
+        put(&mut b, 48, &current.to_be_bytes());
+        put(&mut b, 56, &chs.0.to_be_bytes());
+        put(&mut b, 58, &[chs.1, chs.2]);
+        put(&mut b, 60, &disk_type.to_be_bytes());
+        put(&mut b, 512, b"cxsparse");
+        put(&mut b, 512 + 32, &(2u32 << 20).to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn vpc_qemu_creator_uses_chs_geometry() {
+        let b = vpc_footer(b"qemu", 100 << 20, (3, 16, 63), 3);
+
+        let info = parse_foreign(Format::Vpc, &b).unwrap();
+
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 3 * 16 * 63 * 512,
+                cluster_size: Some(2 << 20)
+            }
+        );
+    }
+
+    #[test]
+    fn vpc_hyperv_creator_uses_current_size() {
+        let b = vpc_footer(b"win ", 100 << 20, (3, 16, 63), 2);
+
+        let info = parse_foreign(Format::Vpc, &b).unwrap();
+
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 100 << 20,
+                cluster_size: None
+            }
+        );
+    }
+
+    #[test]
+    fn vpc_dynamic_without_cxsparse_is_rejected() {
+        let mut b = vpc_footer(b"qemu", 1 << 20, (1, 1, 1), 3);
+        b[512] = b'X';
+
+        assert!(matches!(
+            parse_foreign(Format::Vpc, &b),
+            Err(HeaderError::Field {
+                field: "dynamic header",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn vhdx_region_table_and_metadata_give_sizes() {
+        let mut table = b"regi".to_vec();
+        put(&mut table, 8, &1u32.to_le_bytes());
+        put(&mut table, 16, &GUID_METADATA_REGION);
+        put(&mut table, 32, &(2u64 << 20).to_le_bytes());
+        put(&mut table, 40, &(1u32 << 20).to_le_bytes());
+        let mut meta = b"metadata".to_vec();
+        put(&mut meta, 10, &2u16.to_le_bytes());
+        put(&mut meta, 32, &GUID_FILE_PARAMETERS);
+        put(&mut meta, 48, &0x1_0000u32.to_le_bytes());
+        put(&mut meta, 64, &GUID_VIRTUAL_DISK_SIZE);
+        put(&mut meta, 80, &0x1_0008u32.to_le_bytes());
+        put(&mut meta, 0x1_0000, &(8u32 << 20).to_le_bytes());
+        put(&mut meta, 0x1_0008, &(100u64 << 20).to_le_bytes());
+
+        let region = vhdx_metadata_region(&table).unwrap();
+        let info = parse_vhdx(&meta).unwrap();
+
+        assert_eq!(region, (2 << 20, 1 << 20));
+        assert_eq!(
+            info,
+            ForeignInfo {
+                virtual_size: 100 << 20,
+                cluster_size: Some(8 << 20)
+            }
+        );
+    }
+
+    #[test]
+    fn vhdx_metadata_without_size_is_rejected() {
+        let mut meta = b"metadata".to_vec();
+        put(&mut meta, 31, &[0]);
+
+        assert!(matches!(
+            parse_vhdx(&meta),
+            Err(HeaderError::Field {
+                field: "virtual disk size",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn vdi_truncated_header_is_rejected() {
+        assert!(matches!(
+            parse_foreign(Format::Vdi, &[0u8; 0x100]),
+            Err(HeaderError::Truncated { .. })
+        ));
+    }
+}

@@ -228,6 +228,21 @@ fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>,
 mod tests {
     use super::*;
 
+    use crate::create::write_new;
+    use crate::layout::{layout, BackingRef};
+    use std::fs;
+
+    /// A qcow2 at `path` whose backing name is stored verbatim (for chains nubo would not make).
+    fn qcow2_backed_by(path: &Path, name: &str, driver: &str) {
+        write_new(path, &layout(1 << 20, Some(BackingRef { name, driver })).unwrap()).unwrap();
+    }
+
+    fn raw(dir: &Path, len: usize) -> PathBuf {
+        let p = dir.join("base.raw");
+        fs::write(&p, vec![7u8; len]).unwrap();
+        p
+    }
+
     #[test]
     fn has_protocol_colon_before_slash_is_protocol() {
         assert!(has_protocol("nbd:127.0.0.1:10809"));
@@ -240,5 +255,87 @@ mod tests {
         assert!(!has_protocol("/var/lib/nubo/images/a:b.qcow2"));
         assert!(!has_protocol("./base:1.qcow2"));
         assert!(!has_protocol("base.qcow2"));
+    }
+
+    #[test]
+    fn inspect_self_referencing_backing_is_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("loop.qcow2");
+        qcow2_backed_by(&img, "loop.qcow2", "qcow2");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
+    }
+
+    #[test]
+    fn inspect_two_image_cycle_is_a_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        qcow2_backed_by(&dir.path().join("a"), "b", "qcow2");
+        qcow2_backed_by(&dir.path().join("b"), "a", "qcow2");
+
+        let err = inspect(&dir.path().join("a")).unwrap_err();
+
+        assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
+    }
+
+    #[test]
+    fn inspect_relative_backing_resolves_against_image_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        raw(dir.path(), 4096);
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "base.raw", "raw");
+
+        let info: DiskInfo = inspect(&img).unwrap();
+
+        assert_eq!(info.backing.unwrap().file, dir.path().join("base.raw"));
+    }
+
+    #[test]
+    fn inspect_missing_backing_names_both_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "gone.raw", "raw");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::MissingBacking { .. }));
+        assert!(err.to_string().contains("gone.raw") && err.to_string().contains("o.qcow2"));
+    }
+
+    #[test]
+    fn inspect_protocol_backing_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "nbd:127.0.0.1:10809", "raw");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::BackingProtocol { .. }));
+    }
+
+    #[test]
+    fn inspect_unknown_backing_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        raw(dir.path(), 4096);
+        let img = dir.path().join("o.qcow2");
+        qcow2_backed_by(&img, "base.raw", "qed");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(matches!(err, DiskError::UnknownBackingFormat { .. }));
+    }
+
+    #[test]
+    fn inspect_raw_file_size_is_its_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 3000);
+
+        let info = inspect(&base).unwrap();
+
+        assert_eq!(
+            (info.format, info.virtual_size, info.cluster_size),
+            (Format::Raw, 3000, None)
+        );
     }
 }
