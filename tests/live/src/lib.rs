@@ -8,7 +8,12 @@
 //! }
 //! ```
 
+pub mod fixture;
 pub mod prereq;
+pub mod process;
+
+pub use fixture::{nubo_bin, DebianImage, TestRoot};
+pub use process::{run_with_timeout, wait_for_line, Guard};
 
 use std::process::ExitCode;
 
@@ -23,8 +28,16 @@ pub struct LiveTest {
 }
 
 impl LiveTest {
-    pub fn new(name: &'static str, needs: &'static [&'static str], body: impl FnOnce() -> TestResult + Send + 'static) -> Self {
-        LiveTest { name, needs, body: Box::new(body) }
+    pub fn new(
+        name: &'static str,
+        needs: &'static [&'static str],
+        body: impl FnOnce() -> TestResult + Send + 'static,
+    ) -> Self {
+        LiveTest {
+            name,
+            needs,
+            body: Box::new(body),
+        }
     }
 }
 
@@ -55,12 +68,20 @@ pub fn run(tests: Vec<LiveTest>) -> ExitCode {
                 return Trial::test(name, move || body().map_err(Failed::from));
             }
             let hard: Vec<_> = missing.iter().filter(|(p, _)| required(p)).cloned().collect();
-            let reasons = missing.iter().map(|(p, why)| format!("needs {p}: {why}")).collect::<Vec<_>>().join("; ");
+            let reasons = missing
+                .iter()
+                .map(|(p, why)| format!("needs {p}: {why}"))
+                .collect::<Vec<_>>()
+                .join("; ");
             if hard.is_empty() {
                 println!("skipped {name}: {reasons}");
                 Trial::test(name, || Ok(())).with_ignored_flag(true)
             } else {
-                Trial::test(name, move || Err(Failed::from(format!("required by NUBO_LIVE_REQUIRE but missing: {reasons}"))))
+                Trial::test(name, move || {
+                    Err(Failed::from(format!(
+                        "required by NUBO_LIVE_REQUIRE but missing: {reasons}"
+                    )))
+                })
             }
         })
         .collect();

@@ -35,7 +35,22 @@ fn probe(name: &str) -> Result<(), String> {
         "mtools" => tool("mdir", "mtools").and_then(|()| tool("mtype", "mtools")),
         "genisoimage" => tool("genisoimage", "genisoimage"),
         "cloud-localds" => tool("cloud-localds", "cloud-image-utils"),
+        "ovmf" => file(OVMF_CODE, "ovmf").and_then(|()| file(OVMF_VARS, "ovmf")),
+        // The host tools of `nubo image bootstrap`, and root or mmdebstrap's unshare mode.
+        "bootstrap" => nubo_bootstrap::Host::probe().map(|_| ()).map_err(|e| e.to_string()),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
+    }
+}
+
+/// UEFI firmware for the EFI boots: code read-only, a copy of the variable store per VM.
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+fn file(path: &str, package: &str) -> Result<(), String> {
+    if Path::new(path).is_file() {
+        Ok(())
+    } else {
+        Err(format!("{path} not found: install {package}"))
     }
 }
 
@@ -51,7 +66,8 @@ pub fn tool(cmd: &str, package: &str) -> Result<(), String> {
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    p.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// A Python that can `import pycdlib`: Debian's python3-pycdlib lives in /usr/bin/python3's
