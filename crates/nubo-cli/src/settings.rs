@@ -19,6 +19,11 @@ pub struct Settings {
     pub stderr_tty: bool,
     pub stdin_tty: bool,
     pub home: Option<PathBuf>,
+    /// `NUBO_MIRROR_<DISTRO>` (e.g. `NUBO_MIRROR_DEBIAN`): base URLs replacing each distro's own
+    /// for `nubo image pull`, as (distro, URL).
+    pub mirrors: Vec<(String, String)>,
+    /// `SSL_CERT_FILE`: the CA bundle used instead of the system store (OpenSSL's meaning).
+    pub ssl_cert_file: Option<PathBuf>,
 }
 
 impl Settings {
@@ -41,6 +46,19 @@ impl Settings {
             stderr_tty,
             stdin_tty: std::io::stdin().is_terminal(),
             home: env.home,
+            mirrors: mirrors_from_env(),
+            ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
         })
     }
+}
+
+/// `NUBO_MIRROR_<DISTRO>` for each catalog distro that has one set.
+fn mirrors_from_env() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for d in nubo_image::catalog::Distro::ALL {
+        if let Some(url) = std::env::var(d.mirror_env()).ok().filter(|v| !v.is_empty()) {
+            out.push((d.name().to_owned(), url));
+        }
+    }
+    out
 }

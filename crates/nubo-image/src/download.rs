@@ -140,12 +140,7 @@ fn attempt_once(
     let resp = match req.call() {
         Ok(r) => r,
         Err(e) if is_network(&e) => return Err(Stop::Network(into_io(e))),
-        Err(source) => {
-            return Err(Stop::Fatal(PullError::Http {
-                url: f.url.to_owned(),
-                source,
-            }))
-        }
+        Err(source) => return Err(Stop::Fatal(crate::error::http_error(f.url, source))),
     };
     let header = |name: &str| {
         resp.headers()

@@ -35,6 +35,12 @@ pub enum PullError {
         #[source]
         source: ureq::Error,
     },
+    #[error("{url} is not trusted: its certificate does not chain to a trusted CA; for a private mirror pass --ca-cert FILE (or set SSL_CERT_FILE)")]
+    Untrusted {
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
     #[error("{url} answered HTTP {status}")]
     Status { url: String, status: u16 },
     #[error("checksum file {url} is not usable: fix the mirror or pass --checksum")]
@@ -86,6 +92,17 @@ pub enum PullError {
     Store(#[from] StoreError),
 }
 
+/// A transport error for `url`, told apart when it is a certificate the client does not trust
+/// (the one users can fix with a flag).
+pub fn http_error(url: &str, source: ureq::Error) -> PullError {
+    let url = url.to_owned();
+    if source.to_string().contains("certificate") {
+        PullError::Untrusted { url, source }
+    } else {
+        PullError::Http { url, source }
+    }
+}
+
 impl PullError {
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -94,7 +111,10 @@ impl PullError {
             }
             PullError::NotInCatalog { .. } => ErrorKind::NotFound,
             PullError::NoSystemCa { .. } => ErrorKind::Unavailable,
-            PullError::Http { .. } | PullError::Status { .. } | PullError::Interrupted { .. } => ErrorKind::Remote,
+            PullError::Http { .. }
+            | PullError::Untrusted { .. }
+            | PullError::Status { .. }
+            | PullError::Interrupted { .. } => ErrorKind::Remote,
             PullError::Checksum { .. }
             | PullError::NoChecksum { .. }
             | PullError::Mismatch { .. }

@@ -115,10 +115,7 @@ const TEXT_LIMIT: u64 = 4 << 20;
 
 /// GETs a small text file; `None` for 404/410 so callers can fall back.
 pub fn get_text(agent: &ureq::Agent, url: &str) -> Result<Option<String>, PullError> {
-    let http = |source| PullError::Http {
-        url: url.to_owned(),
-        source,
-    };
+    let http = |source| crate::error::http_error(url, source);
     let resp = agent.get(url).call().map_err(http)?;
     match resp.status().as_u16() {
         200 => {}

@@ -386,5 +386,5 @@ fn pull_untrusted_ca_fails() {
 
     let (r, _) = run(&f.store, &req);
 
-    assert!(matches!(r, Err(PullError::Http { .. })), "{r:?}");
+    assert!(matches!(r, Err(PullError::Untrusted { .. })), "{r:?}");
 }

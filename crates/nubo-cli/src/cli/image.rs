@@ -1,5 +1,9 @@
 //! `nubo image ...`.
 
+use std::path::PathBuf;
+
+use nubo_core::ByteSize;
+
 use crate::cli::bootstrap::BootstrapArgs;
 
 #[derive(Debug, clap::Subcommand)]
@@ -18,10 +22,41 @@ pub enum ImageCmd {
     Import(ImportArgs),
     /// Convert an image to another format
     Convert(ConvertArgs),
+    /// Print a file's digest (what pull verifies with; used by the benchmarks)
+    #[command(hide = true)]
+    Hash(HashArgs),
 }
 
 #[derive(Debug, clap::Args)]
-pub struct PullArgs {}
+#[command(
+    after_help = "Catalog: ubuntu:24.04 (noble), ubuntu:22.04 (jammy), debian:12 (bookworm), debian:13 (trixie), rocky:9, rocky:10.\n\
+Mirrors: --mirror URL, or NUBO_MIRROR_UBUNTU / NUBO_MIRROR_DEBIAN / NUBO_MIRROR_ROCKY, each a base URL laid out like the distro's own.\n\
+Trust: the system CA store (or SSL_CERT_FILE instead of it) plus every --ca-cert.\n\
+Examples:\n  nubo image pull debian:12\n  nubo image pull https://example.org/disk.qcow2 --checksum sha256:<hex> --name disk:1"
+)]
+pub struct PullArgs {
+    /// A catalog reference (`debian:12`, `ubuntu:noble`, `rocky:9`) or an https URL
+    #[arg(value_name = "REF|URL")]
+    pub source: String,
+    /// Verify against this instead of the published checksum file or `<url>.sha256`
+    #[arg(long, value_name = "sha256:<hex>|sha512:<hex>")]
+    pub checksum: Option<String>,
+    /// Store the image under this reference
+    #[arg(long, value_name = "name:tag")]
+    pub name: Option<String>,
+    /// Base URL replacing the distro's own (overrides NUBO_MIRROR_<DISTRO>)
+    #[arg(long, value_name = "URL")]
+    pub mirror: Option<String>,
+    /// Also trust this PEM CA bundle (repeatable)
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+    /// Accept plain http:// URLs and mirrors
+    #[arg(long)]
+    pub allow_http: bool,
+    /// Accept a URL that has no checksum anywhere (only TLS vouches for it; recorded as unverified)
+    #[arg(long)]
+    pub insecure_no_checksum: bool,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
@@ -40,7 +75,52 @@ pub struct RmArgs {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct ImportArgs {}
+pub struct ImportArgs {
+    /// Disk image to import: qcow2 is copied, other formats are converted to qcow2
+    pub file: PathBuf,
+    /// Reference to store it under
+    #[arg(short = 't', long = "tag", value_name = "name:tag")]
+    pub tag: String,
+    /// The image has no cloud-init: VMs get no seed and refuse --hostname/--ssh-key/--user-data
+    #[arg(long)]
+    pub appliance: bool,
+    /// vCPUs for VMs made from it unless they say otherwise
+    #[arg(long, value_name = "N")]
+    pub default_vcpus: Option<u32>,
+    /// Memory for VMs made from it unless they say otherwise, e.g. `2G`
+    #[arg(long, value_name = "SIZE")]
+    pub default_memory: Option<ByteSize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ConvertTo {
+    Raw,
+    Qcow2,
+    Vmdk,
+    Vdi,
+    Vhdx,
+    Vhd,
+}
 
 #[derive(Debug, clap::Args)]
-pub struct ConvertArgs {}
+pub struct ConvertArgs {
+    /// An image in the store (`name:tag`) or a disk image file
+    #[arg(value_name = "REF|PATH")]
+    pub source: String,
+    /// Target format (the result is flattened: no backing file)
+    #[arg(long, value_enum)]
+    pub to: ConvertTo,
+    /// Output file [default: <name>.<format> in the current directory]
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Compress (qcow2 and vmdk only)
+    #[arg(long)]
+    pub compress: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HashArgs {
+    pub file: PathBuf,
+    #[arg(long, default_value = "sha256", value_parser = ["sha256", "sha512"])]
+    pub algorithm: String,
+}
