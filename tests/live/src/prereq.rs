@@ -33,6 +33,7 @@ fn probe(name: &str) -> Result<(), String> {
         "7z" => tool("7z", "p7zip-full"),
         "bsdtar" => tool("bsdtar", "libarchive-tools"),
         "mtools" => tool("mdir", "mtools").and_then(|()| tool("mtype", "mtools")),
+        "dosfstools" => tool("mkfs.vfat", "dosfstools"),
         "genisoimage" => tool("genisoimage", "genisoimage"),
         "cloud-localds" => tool("cloud-localds", "cloud-image-utils"),
         "ovmf" => file(OVMF_CODE, "ovmf").and_then(|()| file(OVMF_VARS, "ovmf")),

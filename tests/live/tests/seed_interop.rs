@@ -388,6 +388,19 @@ fn cloud_localds_made(_: &Path, want: &BTreeMap<String, Vec<u8>>) -> TestResult 
     agree("nubo reading cloud-localds' image", &read_with_nubo(&img)?, want)
 }
 
+/// mkfs.vfat + mcopy's image of the same files: nubo's own FAT reader reads names and bytes.
+fn mkfs_vfat_made(_: &Path, want: &BTreeMap<String, Vec<u8>>) -> TestResult {
+    let tmp = TempDir::new("mkfs-vfat");
+    let paths = write_dir(&tmp.0, want)?;
+    let img = tmp.0.join("peer.vfat");
+    let img_s = img.to_str().expect("utf-8");
+    run("mkfs.vfat", &["-n", "CIDATA", "-C", img_s, "4096"])?;
+    for (name, path) in want.keys().zip(&paths) {
+        run("mcopy", &["-i", img_s, path, &format!("::{name}")])?;
+    }
+    agree("nubo reading mkfs.vfat's image", &read_with_nubo(&img)?, want)
+}
+
 fn non_ascii_hostname_is_refused() -> TestResult {
     let s = SeedSpec {
         local_hostname: "hôte".into(),
@@ -435,6 +448,9 @@ fn main() -> ExitCode {
         ),
         LiveTest::new("seed_reader_reads_cloud_localds_images", &["cloud-localds"], || {
             each_case(Iso, cloud_localds_made)
+        }),
+        LiveTest::new("seed_reader_reads_mkfs_vfat_images", &["mtools", "dosfstools"], || {
+            each_case(Vfat, mkfs_vfat_made)
         }),
         LiveTest::new("seed_non_ascii_hostname_is_refused", &[], non_ascii_hostname_is_refused),
     ])

@@ -4,7 +4,12 @@
 //! Deterministic: fatfs is built without its clock feature (every timestamp is the DOS epoch,
 //! 1980-01-01), and the volume id and size are functions of the inputs.
 
-use std::io::{Cursor, Read, Write};
+use std::io::{Cursor, Write};
+
+mod read;
+
+pub(crate) use read::looks_like_fat;
+pub use read::read_vfat;
 
 use fatfs::{FileSystem, FormatVolumeOptions, FsOptions};
 
@@ -90,42 +95,6 @@ fn check_name(name: &str) -> Result<(), SeedError> {
     Ok(())
 }
 
-/// Whether `image` starts with a FAT boot sector (signature and a sane sector size).
-pub(crate) fn looks_like_fat(image: &[u8]) -> bool {
-    image.len() >= 512
-        && image[510..512] == [0x55, 0xaa]
-        && matches!(u16::from_le_bytes([image[11], image[12]]), 512 | 1024 | 2048 | 4096)
-        && image[13].is_power_of_two()
-}
-
-/// The files in the root directory of the FAT image `image`.
-pub fn read_vfat(image: &[u8]) -> Result<Vec<SeedFile>, SeedError> {
-    let malformed = |e: std::io::Error| SeedError::malformed(format!("FAT filesystem: {e}"));
-    let fs = FileSystem::new(Cursor::new(image.to_vec()), FsOptions::new()).map_err(malformed)?;
-    let mut files = Vec::new();
-    let mut total = 0usize;
-    for entry in fs.root_dir().iter() {
-        let entry = entry.map_err(malformed)?;
-        if !entry.is_file() {
-            continue;
-        }
-        // A FAT file cannot hold more than the image; a larger size is a lie to bound.
-        let len = entry.len() as usize;
-        total += len;
-        if total > image.len() {
-            return Err(SeedError::malformed("FAT file sizes add up to more than the image"));
-        }
-        let mut data = Vec::with_capacity(len);
-        entry.to_file().read_to_end(&mut data).map_err(malformed)?;
-        files.push(SeedFile {
-            name: entry.file_name(),
-            data,
-        });
-    }
-    files.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(files)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +149,14 @@ mod tests {
     #[test]
     fn looks_like_fat_zeros_is_false() {
         assert!(!looks_like_fat(&[0u8; 1024]));
+    }
+
+    #[test]
+    fn read_vfat_fat16_image_reads_back() {
+        let files = [file("meta-data", b"m"), file("user-data", &vec![3u8; 5 << 20])];
+
+        let img = build_vfat(&files).unwrap();
+
+        assert_eq!(read_vfat(&img).unwrap(), files);
     }
 }
