@@ -43,15 +43,23 @@ printf "openssl dgst -sha256  %8.3fs  %8s MiB/s\n" "$t_ossl" "$(rate "$t_ossl")"
 printf "ratio nubo/openssl (throughput): %.2fx\n" "$(echo "$t_ossl / $t_nubo" | bc -l)"
 
 echo "-- pull: ${SIZE_MIB} MiB over HTTPS from 127.0.0.1 (best of $RUNS)"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 \
-  -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
-  -keyout "$work/key.pem" -out "$work/cert.pem" >/dev/null 2>&1
+# A CA and a leaf for 127.0.0.1: webpki refuses a self-signed CA certificate used by the server itself.
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+  -keyout "$work/ca.key" -out "$work/ca.pem" >/dev/null 2>&1
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$work/key.pem" -out "$work/leaf.csr" >/dev/null 2>&1
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$work/leaf.ext"
+openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
+  -extfile "$work/leaf.ext" -out "$work/cert.pem" >/dev/null 2>&1
 mkdir -p "$work/www" && ln "$file" "$work/www/image.raw"
 cat >"$work/serve.py" <<'PY'
 import http.server, ssl, sys, functools
 root, cert, key = sys.argv[1:4]
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=root)
-handler.log_message = lambda *a: None
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+handler = functools.partial(Quiet, directory=root)
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(cert, key)
@@ -68,9 +76,9 @@ sum=$("$NUBO_BIN" image hash "$file" | cut -d' ' -f1)
 pull_once() {
   chmod -R u+w "$work/root" 2>/dev/null || true
   rm -rf "$work/root"
-  NUBO_ROOT="$work/root" "$NUBO_BIN" image pull "$url" --checksum "sha256:$sum" --name bench:1 --ca-cert "$work/cert.pem"
+  NUBO_ROOT="$work/root" "$NUBO_BIN" image pull "$url" --checksum "sha256:$sum" --name bench:1 --ca-cert "$work/ca.pem"
 }
-curl_once() { rm -f "$work/curl.out"; curl -sS --cacert "$work/cert.pem" -o "$work/curl.out" "$url"; }
+curl_once() { rm -f "$work/curl.out"; curl -sS --cacert "$work/ca.pem" -o "$work/curl.out" "$url"; }
 pull_once >/dev/null 2>&1 || { echo "nubo image pull failed:"; pull_once; exit 1; }
 t_pull=$(best pull_once)
 t_curl=$(best curl_once)
