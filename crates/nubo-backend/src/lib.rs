@@ -3,22 +3,39 @@
 //! Backends never read user files or the environment: the engine hands them a fully resolved
 //! [`MachineSpec`]. Each backend is split into `render` (pure) and `driver` (processes, sockets).
 
+pub mod qemu;
+pub mod registry;
 pub mod spec;
+#[cfg(test)]
+mod testing;
 
 use std::time::Duration;
 
 use nubo_core::{ErrorKind, VmState};
 
-pub use spec::{Accel, BootMode, MachineSpec, MachineType, NetworkSpec, SeedDevice, VmHandle};
+pub use registry::{select, Registry, Selection, SelectionInput, Source};
+pub use spec::{Accel, BootMode, MachineSpec, MachineType, NetworkSpec, SeedDevice, SeedFormat, VmHandle};
+
+/// Every built-in backend. libvirt and cloud-hypervisor join here when they land.
+pub fn builtin_registry() -> Registry {
+    Registry::new(vec![Box::new(qemu::QemuBackend::default())])
+}
 
 /// A backend's answer to "can you run here?": three answers, not a bool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
-    Available { version: String },
+    Available {
+        version: String,
+    },
     /// Not installed: what is missing and the Debian package (or command) that provides it.
-    Missing { what: String, package: String },
+    Missing {
+        what: String,
+        package: String,
+    },
     /// Installed but not working.
-    Broken { error: String },
+    Broken {
+        error: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -41,6 +58,8 @@ pub enum StopMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BootInfo {
     pub pid: u32,
+    /// The VMM's command line, recorded for `nubo vm inspect` and bug reports.
+    pub argv: Vec<String>,
     /// The accelerator actually used, after `auto` was resolved.
     pub accel: Accel,
     /// Why `auto` chose it (shown by `vm create` and `doctor`).
@@ -50,11 +69,17 @@ pub struct BootInfo {
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{verb} is unsupported by the {backend} backend: use {alternative}")]
-    Unsupported { backend: &'static str, verb: &'static str, alternative: &'static str },
+    Unsupported {
+        backend: &'static str,
+        verb: &'static str,
+        alternative: &'static str,
+    },
     #[error("the {backend} backend is unavailable: {why}")]
     Unavailable { backend: &'static str, why: String },
     #[error("{0}")]
     InvalidSpec(String),
+    #[error("unknown backend `{name}`: known backends are {known}")]
+    UnknownBackend { name: String, known: String },
     #[error("{what}")]
     Io {
         what: String,
@@ -66,11 +91,16 @@ pub enum BackendError {
 }
 
 impl BackendError {
+    pub fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BackendError {
+        let what = what.into();
+        move |source| BackendError::Io { what, source }
+    }
+
     pub fn kind(&self) -> ErrorKind {
         match self {
             BackendError::Unsupported { .. } => ErrorKind::Unsupported,
             BackendError::Unavailable { .. } => ErrorKind::Unavailable,
-            BackendError::InvalidSpec(_) => ErrorKind::InvalidInput,
+            BackendError::InvalidSpec(_) | BackendError::UnknownBackend { .. } => ErrorKind::InvalidInput,
             BackendError::Io { .. } => ErrorKind::Io,
             BackendError::Remote { .. } => ErrorKind::Remote,
         }
@@ -97,12 +127,24 @@ pub trait Backend: Send + Sync {
     fn destroy(&self, vm: &VmHandle) -> Result<(), BackendError>;
 
     fn pause(&self, _vm: &VmHandle) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported { backend: self.id(), verb: "pause", alternative: "the qemu backend" })
+        Err(BackendError::Unsupported {
+            backend: self.id(),
+            verb: "pause",
+            alternative: "the qemu backend",
+        })
     }
     fn resume(&self, _vm: &VmHandle) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported { backend: self.id(), verb: "resume", alternative: "the qemu backend" })
+        Err(BackendError::Unsupported {
+            backend: self.id(),
+            verb: "resume",
+            alternative: "the qemu backend",
+        })
     }
     fn snapshot(&self, _vm: &VmHandle, _name: &str) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported { backend: self.id(), verb: "snapshot", alternative: "the libvirt backend" })
+        Err(BackendError::Unsupported {
+            backend: self.id(),
+            verb: "snapshot",
+            alternative: "the libvirt backend",
+        })
     }
 }

@@ -26,9 +26,16 @@ pub enum Accel {
 pub enum BootMode {
     Bios,
     /// UEFI: read-only code and the VM's own writable copy of the variable store.
-    Efi { code: PathBuf, vars: PathBuf },
+    Efi {
+        code: PathBuf,
+        vars: PathBuf,
+    },
     /// Direct-kernel boot.
-    Kernel { kernel: PathBuf, initrd: Option<PathBuf>, cmdline: String },
+    Kernel {
+        kernel: PathBuf,
+        initrd: Option<PathBuf>,
+        cmdline: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,13 +57,19 @@ pub enum NetworkSpec {
     None,
     /// QEMU user-mode networking; guest port 22 forwarded from `ssh_forward` (127.0.0.1:port).
     /// `restrict` cuts the guest off from everything but the forwards (tests use it).
-    User { ssh_forward: Option<SocketAddr>, restrict: bool, mac: String },
+    User {
+        ssh_forward: Option<SocketAddr>,
+        restrict: bool,
+        mac: String,
+    },
 }
 
 /// Runtime files a backend keeps for one VM. Paths are chosen by the engine and fit AF_UNIX.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VmHandle {
     pub name: String,
+    /// Identifies the VMM process as this VM's (a reused pid is not mistaken for it).
+    pub uuid: String,
     pub run_dir: PathBuf,
     pub qmp_socket: PathBuf,
     pub serial_socket: PathBuf,

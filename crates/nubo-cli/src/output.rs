@@ -40,8 +40,10 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> io::Result<()> {
 }
 
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    let mut out = io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
+    // Serialised first so a closed stdout surfaces as an io::Error (which `main` treats as a
+    // clean exit), not hidden inside a serde_json::Error.
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
+    io::stdout().lock().write_all(&text)?;
     Ok(())
 }

@@ -21,11 +21,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let tmp = dir.join(tmp_name);
 
     let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(data)?;
         f.sync_all()?;
         drop(f);
@@ -58,7 +54,10 @@ mod tests {
         write_atomic(&path, b"new").unwrap();
 
         assert_eq!(fs::read(&path).unwrap(), b"new");
-        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("rec.json")]);
     }
 

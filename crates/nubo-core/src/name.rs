@@ -42,10 +42,19 @@ pub fn validate_label(s: &str) -> Result<(), NameError> {
     }
     let len = s.chars().count();
     if len > MAX_NAME_LEN {
-        return Err(NameError::TooLong { name: s.to_owned(), len });
+        return Err(NameError::TooLong {
+            name: s.to_owned(),
+            len,
+        });
     }
-    if let Some(found) = s.chars().find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
-        return Err(NameError::BadChar { name: s.to_owned(), found });
+    if let Some(found) = s
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-'))
+    {
+        return Err(NameError::BadChar {
+            name: s.to_owned(),
+            found,
+        });
     }
     if s.starts_with('-') || s.ends_with('-') {
         return Err(NameError::BadEdge { name: s.to_owned() });
@@ -91,17 +100,26 @@ mod tests {
 
     #[test]
     fn parse_slash_rejected() {
-        assert!(matches!(VmName::parse("a/b"), Err(NameError::BadChar { found: '/', .. })));
+        assert!(matches!(
+            VmName::parse("a/b"),
+            Err(NameError::BadChar { found: '/', .. })
+        ));
     }
 
     #[test]
     fn parse_dotdot_rejected() {
-        assert!(matches!(VmName::parse(".."), Err(NameError::BadChar { found: '.', .. })));
+        assert!(matches!(
+            VmName::parse(".."),
+            Err(NameError::BadChar { found: '.', .. })
+        ));
     }
 
     #[test]
     fn parse_64_chars_rejected() {
-        assert!(matches!(VmName::parse(&"a".repeat(64)), Err(NameError::TooLong { len: 64, .. })));
+        assert!(matches!(
+            VmName::parse(&"a".repeat(64)),
+            Err(NameError::TooLong { len: 64, .. })
+        ));
     }
 
     #[test]
@@ -111,7 +129,10 @@ mod tests {
 
     #[test]
     fn parse_uppercase_rejected() {
-        assert!(matches!(VmName::parse("Web"), Err(NameError::BadChar { found: 'W', .. })));
+        assert!(matches!(
+            VmName::parse("Web"),
+            Err(NameError::BadChar { found: 'W', .. })
+        ));
     }
 
     #[test]

@@ -87,7 +87,10 @@ fn absolute(var: &'static str, p: &Path) -> Result<PathBuf, RootsError> {
     if p.is_absolute() {
         Ok(p.to_path_buf())
     } else {
-        Err(RootsError::Relative { var, path: p.to_path_buf() })
+        Err(RootsError::Relative {
+            var,
+            path: p.to_path_buf(),
+        })
     }
 }
 
@@ -97,7 +100,10 @@ mod tests {
 
     #[test]
     fn resolve_root_user_defaults() {
-        let env = RootEnv { is_root: true, ..Default::default() };
+        let env = RootEnv {
+            is_root: true,
+            ..Default::default()
+        };
 
         let r = Roots::resolve(&env).unwrap();
 
@@ -121,14 +127,26 @@ mod tests {
 
     #[test]
     fn resolve_user_home_fallback() {
-        let env = RootEnv { home: Some("/home/u".into()), xdg_runtime_dir: Some("/run/user/1".into()), ..Default::default() };
+        let env = RootEnv {
+            home: Some("/home/u".into()),
+            xdg_runtime_dir: Some("/run/user/1".into()),
+            ..Default::default()
+        };
 
-        assert_eq!(Roots::resolve(&env).unwrap().root, PathBuf::from("/home/u/.local/share/nubo"));
+        assert_eq!(
+            Roots::resolve(&env).unwrap().root,
+            PathBuf::from("/home/u/.local/share/nubo")
+        );
     }
 
     #[test]
     fn resolve_overrides_win() {
-        let env = RootEnv { nubo_root: Some("/tmp/r".into()), nubo_run_dir: Some("/tmp/s".into()), is_root: true, ..Default::default() };
+        let env = RootEnv {
+            nubo_root: Some("/tmp/r".into()),
+            nubo_run_dir: Some("/tmp/s".into()),
+            is_root: true,
+            ..Default::default()
+        };
 
         let r = Roots::resolve(&env).unwrap();
 
@@ -137,14 +155,24 @@ mod tests {
 
     #[test]
     fn resolve_relative_override_rejected() {
-        let env = RootEnv { nubo_root: Some("rel".into()), is_root: true, ..Default::default() };
+        let env = RootEnv {
+            nubo_root: Some("rel".into()),
+            is_root: true,
+            ..Default::default()
+        };
 
-        assert!(matches!(Roots::resolve(&env), Err(RootsError::Relative { var: "NUBO_ROOT", .. })));
+        assert!(matches!(
+            Roots::resolve(&env),
+            Err(RootsError::Relative { var: "NUBO_ROOT", .. })
+        ));
     }
 
     #[test]
     fn resolve_user_without_runtime_dir_rejected() {
-        let env = RootEnv { home: Some("/home/u".into()), ..Default::default() };
+        let env = RootEnv {
+            home: Some("/home/u".into()),
+            ..Default::default()
+        };
 
         assert_eq!(Roots::resolve(&env), Err(RootsError::NoRunDir));
     }

@@ -45,7 +45,9 @@ impl ByteSize {
             let int: u64 = int.parse().map_err(|_| SizeError::Malformed(s.to_owned()))?;
             let digits = frac.len() as u32;
             let frac_n: u64 = frac.parse().map_err(|_| SizeError::Malformed(s.to_owned()))?;
-            let scale = 10u64.checked_pow(digits).ok_or_else(|| SizeError::Overflow(s.to_owned()))?;
+            let scale = 10u64
+                .checked_pow(digits)
+                .ok_or_else(|| SizeError::Overflow(s.to_owned()))?;
             int.checked_mul(mult)
                 .and_then(|v| v.checked_add(frac_n.checked_mul(mult)? / scale))
                 .ok_or_else(|| SizeError::Overflow(s.to_owned()))?
@@ -78,7 +80,7 @@ impl fmt::Display for ByteSize {
         let b = self.0;
         for (mult, unit) in [(TIB, "T"), (GIB, "G"), (MIB, "M"), (KIB, "K")] {
             if b >= mult {
-                if b % mult == 0 {
+                if b.is_multiple_of(mult) {
                     return write!(f, "{}{}", b / mult, unit);
                 }
                 return write!(f, "{:.1}{}", b as f64 / mult as f64, unit);

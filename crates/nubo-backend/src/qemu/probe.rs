@@ -1,0 +1,184 @@
+//! What this host offers QEMU: the accelerator, the binary, firmware. Used by the backend's
+//! probe, `nubo doctor` and the live-test skips, so all three agree.
+
+use std::fs::OpenOptions;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::spec::Accel;
+use crate::BackendError;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvmStatus {
+    /// `/dev/kvm` opens read-write and `KVM_CREATE_VM` succeeds.
+    Usable,
+    /// The host's KVM is PVM (`kvm_pvm`): it runs only guest kernels built for PVM, and a stock
+    /// distro kernel hangs at boot.
+    Pvm,
+    NoDevice,
+    NoPermission(String),
+    Broken(String),
+}
+
+impl KvmStatus {
+    pub fn describe(&self) -> String {
+        match self {
+            KvmStatus::Usable => "KVM is usable".into(),
+            KvmStatus::Pvm => "/dev/kvm is provided by kvm_pvm (PVM), which cannot run stock distro kernels".into(),
+            KvmStatus::NoDevice => "/dev/kvm does not exist (no hardware virtualisation, or the kvm module is not loaded: `modprobe kvm_intel` or `kvm_amd`)".into(),
+            KvmStatus::NoPermission(e) => format!("/dev/kvm cannot be opened ({e}): add yourself to the `kvm` group (`sudo adduser $USER kvm`, then log in again)"),
+            KvmStatus::Broken(e) => format!("KVM_CREATE_VM failed: {e}"),
+        }
+    }
+}
+
+const KVMIO: u8 = 0xAE;
+nix::ioctl_write_int_bad!(kvm_create_vm, nix::request_code_none!(KVMIO, 0x01));
+
+/// Probes KVM the way QEMU will use it: module, device, permission, and creating a VM.
+pub fn probe_kvm(sys_module: &Path, dev_kvm: &Path) -> KvmStatus {
+    if sys_module.join("kvm_pvm").exists() {
+        return KvmStatus::Pvm;
+    }
+    if !dev_kvm.exists() {
+        return KvmStatus::NoDevice;
+    }
+    let f = match OpenOptions::new().read(true).write(true).open(dev_kvm) {
+        Ok(f) => f,
+        Err(e) => return KvmStatus::NoPermission(e.to_string()),
+    };
+    // SAFETY: KVM_CREATE_VM takes an integer machine type (0 = default) and returns a new fd or
+    // -1; it reads and writes no memory of ours. The returned fd is closed right away.
+    #[allow(unsafe_code)]
+    let r = unsafe { kvm_create_vm(f.as_raw_fd(), 0) };
+    match r {
+        Ok(fd) => {
+            let _ = nix::unistd::close(fd);
+            KvmStatus::Usable
+        }
+        Err(e) => KvmStatus::Broken(e.to_string()),
+    }
+}
+
+/// Resolves `--accel auto|kvm|tcg` against the probe: pure, so the policy is unit-tested.
+/// Returns the accelerator and the reason, which `vm create` and `doctor` print.
+pub fn resolve_accel(requested: Accel, kvm: &KvmStatus) -> Result<(Accel, String), BackendError> {
+    match (requested, kvm) {
+        (Accel::Tcg, _) => Ok((
+            Accel::Tcg,
+            "TCG (software emulation) as requested by --accel tcg".into(),
+        )),
+        (Accel::Kvm, KvmStatus::Usable) => Ok((Accel::Kvm, "KVM as requested".into())),
+        (Accel::Kvm, other) => Err(BackendError::Unavailable {
+            backend: "qemu",
+            why: format!(
+                "--accel kvm was requested but {}; use --accel tcg or --accel auto",
+                other.describe()
+            ),
+        }),
+        (Accel::Auto, KvmStatus::Usable) => Ok((Accel::Kvm, "KVM (the host supports it)".into())),
+        (Accel::Auto, other) => Ok((
+            Accel::Tcg,
+            format!("TCG, because {} (guests run 10-50x slower)", other.describe()),
+        )),
+    }
+}
+
+/// The UEFI firmware pair: read-only code and the template of the variable store each VM copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ovmf {
+    pub code: PathBuf,
+    pub vars: PathBuf,
+}
+
+/// Where Debian (`ovmf`), Fedora/RHEL (`edk2-ovmf`) and Arch (`edk2-ovmf`) put OVMF.
+const OVMF_CANDIDATES: &[(&str, &str)] = &[
+    ("/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"),
+    ("/usr/share/OVMF/OVMF_CODE.fd", "/usr/share/OVMF/OVMF_VARS.fd"),
+    ("/usr/share/edk2/ovmf/OVMF_CODE.fd", "/usr/share/edk2/ovmf/OVMF_VARS.fd"),
+    (
+        "/usr/share/edk2/x64/OVMF_CODE.4m.fd",
+        "/usr/share/edk2/x64/OVMF_VARS.4m.fd",
+    ),
+];
+
+pub fn find_ovmf() -> Option<Ovmf> {
+    OVMF_CANDIDATES
+        .iter()
+        .map(|(c, v)| Ovmf {
+            code: PathBuf::from(c),
+            vars: PathBuf::from(v),
+        })
+        .find(|o| o.code.is_file() && o.vars.is_file())
+}
+
+/// SeaBIOS, which QEMU loads itself for the pc and q35 machines.
+pub const SEABIOS: &str = "/usr/share/seabios/bios-256k.bin";
+
+/// An executable on `PATH`.
+pub fn which(cmd: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path_var?).map(|d| d.join(cmd)).find(|p| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+/// `QEMU emulator version 10.0.2 (Debian ...)` -> `10.0.2`.
+pub fn parse_version(output: &str) -> Option<String> {
+    let rest = output.split("version ").nth(1)?;
+    let v: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    (!v.is_empty()).then_some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_accel_auto_on_pvm_is_tcg_with_reason() {
+        let (a, why) = resolve_accel(Accel::Auto, &KvmStatus::Pvm).unwrap();
+
+        assert_eq!(a, Accel::Tcg);
+        assert!(why.contains("kvm_pvm"), "{why}");
+    }
+
+    #[test]
+    fn resolve_accel_auto_usable_is_kvm() {
+        assert_eq!(resolve_accel(Accel::Auto, &KvmStatus::Usable).unwrap().0, Accel::Kvm);
+    }
+
+    #[test]
+    fn resolve_accel_kvm_forced_without_device_is_error() {
+        let err = resolve_accel(Accel::Kvm, &KvmStatus::NoDevice).unwrap_err();
+
+        assert!(err.to_string().contains("--accel tcg"), "{err}");
+    }
+
+    #[test]
+    fn resolve_accel_tcg_always_tcg() {
+        assert_eq!(resolve_accel(Accel::Tcg, &KvmStatus::Usable).unwrap().0, Accel::Tcg);
+    }
+
+    #[test]
+    fn probe_kvm_pvm_module_detected() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("kvm_pvm")).unwrap();
+
+        assert_eq!(probe_kvm(dir.path(), Path::new("/nonexistent")), KvmStatus::Pvm);
+    }
+
+    #[test]
+    fn probe_kvm_missing_device() {
+        let dir = tempfile::tempdir().unwrap();
+
+        assert_eq!(probe_kvm(dir.path(), &dir.path().join("kvm")), KvmStatus::NoDevice);
+    }
+
+    #[test]
+    fn parse_version_debian_banner() {
+        let out = "QEMU emulator version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)\nCopyright";
+
+        assert_eq!(parse_version(out).as_deref(), Some("10.0.2"));
+    }
+}
