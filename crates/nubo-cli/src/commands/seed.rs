@@ -1,9 +1,338 @@
-use crate::cli::seed::SeedCmd;
+//! `nubo seed build` (a cloud-localds drop-in) and `nubo seed inspect`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use nubo_seed::{CloudConfig, SeedFile, SeedFormat, SeedSpec};
+
+use crate::cli::seed::{SeedBuildArgs, SeedCmd, SeedFormatArg, SeedInspectArgs};
+use crate::output::{print_json, Format};
 use crate::settings::Settings;
 
 pub fn run(cmd: SeedCmd, _settings: &Settings) -> anyhow::Result<()> {
     match cmd {
-        SeedCmd::Build(_) => super::not_implemented("seed build"),
-        SeedCmd::Inspect(_) => super::not_implemented("seed inspect"),
+        SeedCmd::Build(a) => build(&a),
+        SeedCmd::Inspect(a) => inspect(&a),
+    }
+}
+
+/// Where each input comes from once `-o` and cloud-localds' positional form are reconciled.
+struct Inputs {
+    output: PathBuf,
+    user_data: Option<PathBuf>,
+    meta_data: Option<PathBuf>,
+}
+
+fn resolve_inputs(a: &SeedBuildArgs) -> anyhow::Result<Inputs> {
+    let mut pos = a.positional.iter().cloned();
+    let output = match &a.output {
+        Some(o) => o.clone(),
+        None => pos
+            .next()
+            .context("no output file: give `-o seed.iso` (or OUTPUT first, as cloud-localds takes it)")?,
+    };
+    let positional_user_data = pos.next();
+    let meta_data = pos.next();
+    if pos.next().is_some() {
+        bail!("too many file arguments: with -o, give at most USER-DATA and META-DATA");
+    }
+    if positional_user_data.is_some() && a.user_data.is_some() {
+        bail!("user-data given twice (positional and --user-data): keep one");
+    }
+    Ok(Inputs {
+        output,
+        user_data: positional_user_data.or_else(|| a.user_data.clone()),
+        meta_data,
+    })
+}
+
+fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
+    let inputs = resolve_inputs(a)?;
+    if inputs.output != Path::new("-") && inputs.output.is_dir() {
+        bail!(
+            "output {} is a directory: give a file path such as {}/seed.iso",
+            inputs.output.display(),
+            inputs.output.display()
+        );
+    }
+    let user_data = match &inputs.user_data {
+        Some(path) => {
+            if !a.ssh_keys.is_empty() {
+                bail!("--ssh-key cannot be combined with user-data {}: add the key under `ssh_authorized_keys:` in that file", path.display());
+            }
+            let bytes = read_input(path, "user-data")?;
+            if !a.no_validate {
+                nubo_seed::validate_user_data(&bytes)
+                    .with_context(|| format!("{} (pass --no-validate to send it anyway)", path.display()))?;
+            }
+            Some(bytes)
+        }
+        None if a.hostname.is_some() || !a.ssh_keys.is_empty() => {
+            let keys = a
+                .ssh_keys
+                .iter()
+                .map(|k| ssh_keys(k))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let cc = CloudConfig {
+                hostname: a.hostname.clone(),
+                ssh_authorized_keys: keys.concat(),
+            };
+            Some(nubo_seed::render_cloud_config(&cc))
+        }
+        None => None,
+    };
+    let spec = SeedSpec {
+        instance_id: a.instance_id.clone(),
+        local_hostname: a.hostname.clone().unwrap_or_default(),
+        user_data,
+        network_config: a
+            .network_config
+            .as_deref()
+            .map(|p| read_input(p, "network-config"))
+            .transpose()?,
+        vendor_data: a
+            .vendor_data
+            .as_deref()
+            .map(|p| read_input(p, "vendor-data"))
+            .transpose()?,
+    };
+    let mut files = nubo_seed::seed_files(&spec).context("building the seed's meta-data")?;
+    if let Some(path) = &inputs.meta_data {
+        // cloud-localds' META-DATA replaces the generated one, byte for byte.
+        files[0].data = read_input(path, "meta-data")?;
+    }
+    let image = match a.format {
+        SeedFormatArg::Iso => {
+            let mut out = Vec::new();
+            nubo_seed::write_iso_files(&files, &mut out).map(|()| out)
+        }
+        SeedFormatArg::Vfat => nubo_seed::build_vfat(&files),
+    }
+    .context("building the seed image")?;
+    write_output(&inputs.output, &image)
+}
+
+fn write_output(path: &Path, image: &[u8]) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        out.write_all(image)?;
+        return Ok(out.flush()?);
+    }
+    nubo_core::write_atomic(path, image).with_context(|| {
+        format!(
+            "writing seed image {} (check that its directory exists and is writable)",
+            path.display()
+        )
+    })
+}
+
+fn read_input(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {what} file {}", path.display()))?;
+    if bytes.len() as u64 > nubo_seed::MAX_FILE_SIZE {
+        bail!(
+            "{what} file {} is {} bytes, over the seed's {}-byte limit: move large payloads into the image",
+            path.display(),
+            bytes.len(),
+            nubo_seed::MAX_FILE_SIZE
+        );
+    }
+    Ok(bytes)
+}
+
+/// Prefixes of OpenSSH public key lines (`ssh-keygen -l` knows no others).
+const KEY_TYPES: &[&str] = &["ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-sha2-"];
+
+/// `K` or `@FILE`: the public keys it names, each checked to look like one.
+fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
+    let (text, origin) = match arg.strip_prefix('@') {
+        Some(path) => {
+            let path = expand_home(path);
+            let text =
+                std::fs::read_to_string(&path).with_context(|| format!("reading --ssh-key file {}", path.display()))?;
+            (text, format!("file {}", path.display()))
+        }
+        None => (arg.to_owned(), "--ssh-key".to_owned()),
+    };
+    if text.contains("PRIVATE KEY") {
+        bail!("{origin} holds a private key: pass the public one (the `.pub` file)");
+    }
+    let keys: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    if keys.is_empty() {
+        bail!("{origin} has no public key: expected a line such as `ssh-ed25519 AAAA... user@host`");
+    }
+    if let Some(bad) = keys.iter().find(|k| !KEY_TYPES.iter().any(|t| k.starts_with(t))) {
+        let shown: String = bad.chars().take(30).collect();
+        bail!("{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH");
+    }
+    Ok(keys)
+}
+
+/// `@~/.ssh/id.pub` is typed unquoted often enough that the shell has not expanded `~` for us.
+fn expand_home(path: &str) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(path),
+    }
+}
+
+#[derive(serde::Serialize)]
+struct FileJson<'a> {
+    name: &'a str,
+    size: usize,
+    /// The file as text, or null when it is not UTF-8 (gzip user-data, for one).
+    content: Option<&'a str>,
+}
+
+#[derive(serde::Serialize)]
+struct InspectJson<'a> {
+    image: String,
+    format: SeedFormat,
+    files: Vec<FileJson<'a>>,
+}
+
+fn inspect(a: &SeedInspectArgs) -> anyhow::Result<()> {
+    let image = std::fs::read(&a.image).with_context(|| format!("reading seed image {}", a.image.display()))?;
+    let format = SeedFormat::sniff(&image).with_context(|| {
+        format!(
+            "{} is not a seed image (neither ISO9660 nor VFAT): build one with `nubo seed build`",
+            a.image.display()
+        )
+    })?;
+    let files = nubo_seed::read(&image).with_context(|| format!("reading seed image {}", a.image.display()))?;
+    match a.output {
+        Format::Json => print_json(&InspectJson {
+            image: a.image.display().to_string(),
+            format,
+            files: files
+                .iter()
+                .map(|f| FileJson {
+                    name: &f.name,
+                    size: f.data.len(),
+                    content: text(f),
+                })
+                .collect(),
+        }),
+        Format::Table => print_files(format, &files),
+    }
+}
+
+fn text(f: &SeedFile) -> Option<&str> {
+    std::str::from_utf8(&f.data).ok()
+}
+
+fn print_files(format: SeedFormat, files: &[SeedFile]) -> anyhow::Result<()> {
+    let rows: Vec<Vec<String>> = files
+        .iter()
+        .map(|f| vec![f.name.clone(), f.data.len().to_string()])
+        .collect();
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "format: {format}")?;
+    drop(out);
+    crate::output::print_table(&["NAME", "SIZE"], &rows)?;
+    let mut out = std::io::stdout().lock();
+    for f in files {
+        writeln!(out, "\n--- {} ({} bytes)", f.name, f.data.len())?;
+        match text(f) {
+            Some(t) => {
+                out.write_all(t.as_bytes())?;
+                if !t.is_empty() && !t.ends_with('\n') {
+                    writeln!(out)?;
+                }
+            }
+            None => writeln!(out, "<binary: {} bytes, not shown>", f.data.len())?,
+        }
+    }
+    Ok(out.flush()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn build_args(argv: &[&str]) -> SeedBuildArgs {
+        let argv = ["nubo", "seed", "build"].iter().chain(argv);
+        match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+            crate::cli::Command::Seed(SeedCmd::Build(a)) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn resolve_inputs_cloud_localds_positional_form() {
+        let a = build_args(&["seed.iso", "ud", "md"]);
+
+        let i = resolve_inputs(&a).unwrap();
+
+        assert_eq!(
+            (i.output, i.user_data, i.meta_data),
+            ("seed.iso".into(), Some("ud".into()), Some("md".into()))
+        );
+    }
+
+    #[test]
+    fn resolve_inputs_output_flag_with_user_data_flag() {
+        let a = build_args(&["-o", "s.iso", "--user-data", "ud"]);
+
+        let i = resolve_inputs(&a).unwrap();
+
+        assert_eq!(
+            (i.output, i.user_data, i.meta_data),
+            ("s.iso".into(), Some("ud".into()), None)
+        );
+    }
+
+    #[test]
+    fn resolve_inputs_no_output_is_refused() {
+        let a = build_args(&["--hostname", "h"]);
+
+        let err = resolve_inputs(&a).err().unwrap();
+
+        assert!(err.to_string().contains("-o seed.iso"), "{err}");
+    }
+
+    #[test]
+    fn resolve_inputs_user_data_twice_is_refused() {
+        let a = build_args(&["-o", "s.iso", "ud", "--user-data", "ud2"]);
+
+        assert!(resolve_inputs(&a).is_err());
+    }
+
+    #[test]
+    fn ssh_keys_literal_key_is_returned() {
+        let keys = ssh_keys("ssh-ed25519 AAAAC3 a@b").unwrap();
+
+        assert_eq!(keys, ["ssh-ed25519 AAAAC3 a@b"]);
+    }
+
+    #[test]
+    fn ssh_keys_path_without_at_is_refused_with_hint() {
+        let err = ssh_keys("/root/.ssh/id_ed25519.pub").unwrap_err();
+
+        assert!(err.to_string().contains("@PATH"), "{err}");
+    }
+
+    #[test]
+    fn ssh_keys_file_skips_blank_and_comment_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys");
+        std::fs::write(&p, "# mine\nssh-ed25519 A a\n\necdsa-sha2-nistp256 B b\n").unwrap();
+
+        let keys = ssh_keys(&format!("@{}", p.display())).unwrap();
+
+        assert_eq!(keys, ["ssh-ed25519 A a", "ecdsa-sha2-nistp256 B b"]);
+    }
+
+    #[test]
+    fn ssh_keys_private_key_is_refused() {
+        let err = ssh_keys("-----BEGIN OPENSSH PRIVATE KEY-----").unwrap_err();
+
+        assert!(err.to_string().contains("private key"), "{err}");
     }
 }
