@@ -16,6 +16,9 @@ pub enum SeedError {
     #[error("user-data `#cloud-config` is not valid YAML at line {line}, column {column}: {why}")]
     InvalidCloudConfig { line: usize, column: usize, why: String },
 
+    #[error("MAC address `{mac}` is invalid: write six hex pairs such as 52:54:00:12:34:56")]
+    InvalidMac { mac: String },
+
     #[error("seed file `{name}` is {size} bytes, over the {max}-byte limit of a seed: move large payloads into the image or fetch them at boot")]
     FileTooLarge { name: String, size: u64, max: u64 },
 
@@ -46,6 +49,7 @@ impl SeedError {
         match self {
             SeedError::InvalidHostname { .. }
             | SeedError::InvalidInstanceId { .. }
+            | SeedError::InvalidMac { .. }
             | SeedError::UnsupportedUserData { .. }
             | SeedError::InvalidCloudConfig { .. }
             | SeedError::FileTooLarge { .. }

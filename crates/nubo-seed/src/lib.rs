@@ -8,6 +8,7 @@ mod cloud_config;
 mod error;
 mod iso;
 mod meta;
+mod network;
 mod user_data;
 mod vfat;
 mod yaml;
@@ -16,6 +17,7 @@ pub use cloud_config::{render_cloud_config, CloudConfig};
 pub use error::SeedError;
 pub use iso::{read_iso, write_iso_files, MAX_FILE_SIZE, VOLUME_ID};
 pub use meta::{render_meta_data, validate_hostname, validate_instance_id};
+pub use network::render_network_config_dhcp;
 pub use user_data::validate_user_data;
 pub use vfat::{build_vfat, read_vfat};
 
