@@ -13,9 +13,11 @@ pub enum MachineType {
     Microvm,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Accel {
+    /// KVM where a probe shows it runs stock kernels, else TCG (and the reason is said).
+    #[default]
     Auto,
     Kvm,
     Tcg,

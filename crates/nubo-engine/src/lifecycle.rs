@@ -1,0 +1,317 @@
+//! start / stop / restart / rm / ls / wait. State comes from the backend (process and QMP),
+//! never from the record: a VM whose VMM died is stopped, whatever the record last said.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nubo_backend::{Backend, StopMode};
+use nubo_core::VmState;
+use serde::Serialize;
+
+use crate::readiness::{self, Outcome, Probes, WaitFor};
+use crate::record::{self, Phase, VmRecord};
+use crate::{Engine, EngineError, Event};
+
+/// The console log is bounded per boot: each start moves the previous boot's log to
+/// `console.log.1` (replacing the one before), so at most two boots are kept.
+pub fn rotate_console(log: &Path) -> io::Result<()> {
+    let old = log.with_extension("log.1");
+    match fs::rename(log, &old) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VmStatus {
+    pub name: String,
+    /// `creating` for an interrupted create; `unknown` when the record cannot be read.
+    pub state: String,
+    pub backend: String,
+    pub image: Option<String>,
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    pub ssh: Option<String>,
+    pub created: String,
+    pub uuid: String,
+}
+
+impl Engine {
+    pub(crate) fn backend_of(&self, rec: &VmRecord) -> Result<&dyn Backend, EngineError> {
+        Ok(self.registry.resolve(&rec.backend)?)
+    }
+
+    pub fn load(&self, name: &str) -> Result<VmRecord, EngineError> {
+        nubo_core::name::validate_label(name)?;
+        record::load(&self.roots.vm_dir(name))?.ok_or_else(|| EngineError::NotFound(name.to_owned()))
+    }
+
+    pub fn state(&self, rec: &VmRecord) -> Result<VmState, EngineError> {
+        if rec.phase == Phase::Creating {
+            return Ok(VmState::Creating);
+        }
+        Ok(self.backend_of(rec)?.state(&rec.machine.handle)?)
+    }
+
+    fn created(&self, name: &str) -> Result<VmRecord, EngineError> {
+        let rec = self.load(name)?;
+        if rec.phase == Phase::Creating {
+            return Err(EngineError::InvalidState {
+                name: name.to_owned(),
+                state: "not fully created".into(),
+                fix: format!("run the same `nubo vm create {name} ...` again to finish it, or `nubo vm rm {name}`"),
+            });
+        }
+        Ok(rec)
+    }
+
+    /// Starts a stopped VM with its existing seed (never rewritten). Starting a running VM is
+    /// a no-op that says so.
+    pub fn start(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<VmRecord, EngineError> {
+        let _lock = self.lock(name)?;
+        let mut rec = self.created(name)?;
+        let backend = self.backend_of(&rec)?;
+        match backend.state(&rec.machine.handle)? {
+            VmState::Stopped => {
+                self.boot_locked(&mut rec, backend, events)?;
+                events(Event::Step(format!("vm `{name}` started")));
+            }
+            s => events(Event::Step(format!("vm `{name}` is already {s}"))),
+        }
+        Ok(rec)
+    }
+
+    pub fn stop(
+        &self,
+        name: &str,
+        force: bool,
+        timeout: Duration,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), EngineError> {
+        let _lock = self.lock(name)?;
+        let rec = self.created(name)?;
+        let backend = self.backend_of(&rec)?;
+        if backend.state(&rec.machine.handle)? == VmState::Stopped {
+            events(Event::Step(format!("vm `{name}` is already stopped")));
+            return Ok(());
+        }
+        let mode = if force {
+            StopMode::Force
+        } else {
+            StopMode::Graceful(timeout)
+        };
+        if !force {
+            events(Event::Step(format!(
+                "asking vm `{name}` to power off (ACPI); it is killed after {}",
+                humantime::format_duration(timeout)
+            )));
+        }
+        backend.stop(&rec.machine.handle, mode)?;
+        events(Event::Step(format!("vm `{name}` stopped")));
+        Ok(())
+    }
+
+    pub fn restart(
+        &self,
+        name: &str,
+        force: bool,
+        timeout: Duration,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<VmRecord, EngineError> {
+        self.stop(name, force, timeout, events)?;
+        self.start(name, events)
+    }
+
+    /// Removes the VM: VMM, overlay, seed, sockets, logs, record. The base image is never
+    /// touched. A VM that is already (half) gone is removed without complaint.
+    pub fn remove(&self, name: &str, force: bool, events: &mut dyn FnMut(Event)) -> Result<bool, EngineError> {
+        nubo_core::name::validate_label(name)?;
+        let _lock = self.lock(name)?;
+        let dir = self.roots.vm_dir(name);
+        let rec = match record::load(&dir) {
+            Ok(r) => r,
+            Err(EngineError::Corrupt { .. }) if force => None,
+            Err(e) => return Err(e),
+        };
+        let Some(rec) = rec else {
+            let existed = dir.exists();
+            if existed {
+                fs::remove_dir_all(&dir).map_err(EngineError::io(name, format!("removing {}", dir.display())))?;
+            }
+            let _ = fs::remove_dir_all(self.roots.vm_run_dir(name));
+            return Ok(existed);
+        };
+        let state = self.state(&rec)?;
+        if state.is_active() && !force {
+            return Err(EngineError::InvalidState {
+                name: name.to_owned(),
+                state: state.to_string(),
+                fix: format!(
+                    "stop it first (`nubo vm stop {name}`) or remove it at once with `nubo vm rm --force {name}`"
+                ),
+            });
+        }
+        self.teardown(&rec)?;
+        events(Event::Step(format!("vm `{name}` removed")));
+        Ok(true)
+    }
+
+    /// Kills the VMM and deletes the VM's directory and runtime files.
+    pub(crate) fn teardown(&self, rec: &VmRecord) -> Result<(), EngineError> {
+        self.backend_of(rec)?.destroy(&rec.machine.handle)?;
+        let dir = self.roots.vm_dir(&rec.name);
+        match fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(EngineError::Io {
+                name: rec.name.clone(),
+                what: format!("removing {}", dir.display()),
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn list(&self) -> Result<Vec<VmStatus>, EngineError> {
+        let mut out = Vec::new();
+        for name in record::names(&self.roots.vms())? {
+            let dir = self.roots.vm_dir(&name);
+            let status = match record::load(&dir) {
+                Ok(Some(rec)) => {
+                    let state = self
+                        .state(&rec)
+                        .map_or_else(|_| "unknown".to_owned(), |s| s.to_string());
+                    VmStatus {
+                        state,
+                        backend: rec.backend.clone(),
+                        image: rec.image.as_ref().map(|i| i.reference.clone()),
+                        vcpus: rec.machine.vcpus,
+                        memory_mib: rec.machine.memory_mib,
+                        ssh: rec.ssh.as_ref().map(|s| format!("{}@127.0.0.1:{}", s.user, s.port)),
+                        created: rec.created.clone(),
+                        uuid: rec.uuid.clone(),
+                        name,
+                    }
+                }
+                _ => VmStatus {
+                    name,
+                    state: "unknown".into(),
+                    backend: String::new(),
+                    image: None,
+                    vcpus: 0,
+                    memory_mib: 0,
+                    ssh: None,
+                    created: String::new(),
+                    uuid: String::new(),
+                },
+            };
+            out.push(status);
+        }
+        Ok(out)
+    }
+
+    /// Waits for the running VM to reach `target`, reporting each phase as it happens.
+    pub fn wait(
+        &self,
+        name: &str,
+        target: WaitFor,
+        timeout: Duration,
+        start: Instant,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<Outcome, EngineError> {
+        let rec = self.created(name)?;
+        let backend = self.backend_of(&rec)?;
+        if backend.state(&rec.machine.handle)? == VmState::Stopped {
+            return Err(EngineError::InvalidState {
+                name: name.to_owned(),
+                state: "stopped".into(),
+                fix: format!("start it first: `nubo vm start {name}`"),
+            });
+        }
+        let mut probes = LiveProbes {
+            engine: self,
+            rec: &rec,
+            backend,
+        };
+        readiness::wait(
+            &rec.machine.console_log,
+            0,
+            target,
+            timeout,
+            start,
+            &mut probes,
+            &mut |p, t| events(Event::Phase(p, t)),
+        )
+        .map_err(EngineError::Readiness)
+    }
+
+    /// The `ssh` command line that reaches the VM.
+    pub fn ssh_argv(&self, name: &str, command: &[String]) -> Result<Vec<String>, EngineError> {
+        let rec = self.created(name)?;
+        let ssh = rec.ssh.as_ref().ok_or_else(|| EngineError::InvalidState {
+            name: name.to_owned(),
+            state: "without networking".into(),
+            fix: "recreate it with networking to use `nubo vm ssh`".into(),
+        })?;
+        let (key, _) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        let known_hosts = self.roots.vm_dir(name).join("known_hosts");
+        Ok(crate::ssh::argv(
+            &key,
+            &known_hosts,
+            &rec.uuid,
+            &ssh.user,
+            ssh.port,
+            command,
+        ))
+    }
+}
+
+struct LiveProbes<'a> {
+    engine: &'a Engine,
+    rec: &'a VmRecord,
+    backend: &'a dyn Backend,
+}
+
+impl Probes for LiveProbes<'_> {
+    fn vmm_alive(&mut self) -> bool {
+        nubo_backend::qemu::live_pid(&self.rec.machine.handle).is_some()
+            || self.backend.id() != "qemu"
+                && self
+                    .backend
+                    .state(&self.rec.machine.handle)
+                    .is_ok_and(|s| s.is_active())
+    }
+
+    fn ssh_banner(&mut self) -> bool {
+        self.rec
+            .ssh
+            .as_ref()
+            .is_some_and(|s| crate::ssh::banner(s.port, Duration::from_secs(2)))
+    }
+
+    fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
+        if !self.rec.ssh.as_ref().is_some_and(|s| s.nubo_key) {
+            return None;
+        }
+        let cmd = [
+            "sudo".to_owned(),
+            "cloud-init".into(),
+            "status".into(),
+            "--wait".into(),
+            "--long".into(),
+        ];
+        let argv = self.engine.ssh_argv(&self.rec.name, &cmd).ok()?;
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        match out.status.code() {
+            Some(0) => Some(Ok(text)),
+            // 255 is ssh's own failure (not yet accepting our key): try again later.
+            Some(255) | None => None,
+            Some(_) => Some(Err(text)),
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! One lock per VM, so two commands cannot race on it; commands on different VMs never wait for
+//! each other. Lock files live in the run directory (tmpfs): they vanish at reboot, and a lock
+//! held by a killed command is released by the kernel with its file descriptor.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
+
+use crate::EngineError;
+
+pub struct VmLock {
+    _lock: Flock<File>,
+}
+
+impl VmLock {
+    /// Takes the lock without waiting; a held lock is an error naming the holder.
+    pub fn try_acquire(locks_dir: &Path, name: &str) -> Result<VmLock, EngineError> {
+        fs::create_dir_all(locks_dir).map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
+        let path = locks_dir.join(format!("{name}.lock"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(EngineError::io(name, format!("opening {}", path.display())))?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                let _ = lock.set_len(0);
+                let _ = lock.seek(SeekFrom::Start(0));
+                let _ = write!(lock, "{}", std::process::id());
+                Ok(VmLock { _lock: lock })
+            }
+            Err((mut file, _)) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = match holder.trim() {
+                    "" => "pid unknown".to_owned(),
+                    pid => format!("pid {pid}"),
+                };
+                Err(EngineError::Busy {
+                    name: name.to_owned(),
+                    holder,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn try_acquire_second_holder_is_busy_naming_pid() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = VmLock::try_acquire(dir.path(), "web").unwrap();
+
+        let err = VmLock::try_acquire(dir.path(), "web").err().unwrap();
+
+        assert!(
+            err.to_string().contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn try_acquire_other_vm_not_blocked() {
+        let dir = tempfile::tempdir().unwrap();
+        let _a = VmLock::try_acquire(dir.path(), "a").unwrap();
+
+        assert!(VmLock::try_acquire(dir.path(), "b").is_ok());
+    }
+
+    #[test]
+    fn try_acquire_after_release_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(VmLock::try_acquire(dir.path(), "web").unwrap());
+
+        assert!(VmLock::try_acquire(dir.path(), "web").is_ok());
+    }
+}

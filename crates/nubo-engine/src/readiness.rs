@@ -1,0 +1,491 @@
+//! Readiness: "cloud-init has finished", proven from cloud-init's own closing line on the serial
+//! console, not "the VMM started". The line classifier is pure; [`wait`] follows the console log.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    VmmRunning,
+    KernelBooting,
+    SshReachable,
+    CloudInitFinished,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::VmmRunning => "VMM running",
+            Phase::KernelBooting => "kernel booting",
+            Phase::SshReachable => "SSH reachable",
+            Phase::CloudInitFinished => "cloud-init finished",
+        }
+    }
+}
+
+/// cloud-init's closing line, e.g. `Cloud-init v. 22.4.2 finished at Tue, 01 Dec 2026 20:00:00
+/// +0000. Datasource DataSourceNoCloud [seed=/dev/vdb][dsmode=net].  Up 45.67 seconds`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finished {
+    pub version: String,
+    pub datasource: String,
+    pub seed: Option<String>,
+    pub uptime_seconds: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsoleEvent {
+    KernelBooting,
+    Finished(Finished),
+    /// A cloud-init warning or error line (its module failed, its config did not validate).
+    CloudInitProblem(String),
+}
+
+/// Classifies one console line.
+pub fn classify(line: &str) -> Option<ConsoleEvent> {
+    let line = line.trim_end_matches(['\r', '\n']);
+    if line.contains("Linux version ") {
+        return Some(ConsoleEvent::KernelBooting);
+    }
+    if let Some(f) = parse_finished(line) {
+        return Some(ConsoleEvent::Finished(f));
+    }
+    let problem = ["[WARNING]", "[ERROR]", "[CRITICAL]"].iter().any(|m| line.contains(m))
+        && (line.contains(".py[") || line.contains("cloud-init"));
+    let failed_unit = line.contains("Failed to start") && line.contains("cloud");
+    (problem || failed_unit).then(|| ConsoleEvent::CloudInitProblem(line.trim().to_owned()))
+}
+
+fn parse_finished(line: &str) -> Option<Finished> {
+    let start = line.find("Cloud-init v. ")?;
+    let rest = &line[start + "Cloud-init v. ".len()..];
+    let (version, rest) = rest.split_once(' ')?;
+    if !rest.starts_with("finished at ") {
+        return None;
+    }
+    let ds_at = rest.find("Datasource ")?;
+    let ds = &rest[ds_at + "Datasource ".len()..];
+    let name_end = ds.find([' ', '[', '.']).unwrap_or(ds.len());
+    let datasource = ds[..name_end].to_owned();
+    let seed = ds.find("[seed=").and_then(|i| {
+        let s = &ds[i + "[seed=".len()..];
+        s.find(']').map(|j| s[..j].to_owned())
+    });
+    let uptime_seconds = rest
+        .find("Up ")
+        .and_then(|i| rest[i + 3..].split_whitespace().next().map(str::to_owned));
+    Some(Finished {
+        version: version.to_owned(),
+        datasource,
+        seed,
+        uptime_seconds,
+    })
+}
+
+/// Why a guest that finished without reading the seed did so, for the error message.
+pub const SEED_NOT_READ_CAUSES: &str =
+    "likely causes: the seed's bus is invisible to the guest kernel (cloud kernels have no AHCI/SATA driver), \
+the seed has no Joliet tree, or its volume label is not CIDATA; `nubo seed inspect` shows what the seed holds";
+
+/// Reads a growing console log from an offset, line by line.
+pub struct ConsoleFollower {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl ConsoleFollower {
+    pub fn new(path: &Path, offset: u64) -> Self {
+        ConsoleFollower {
+            path: path.to_path_buf(),
+            offset,
+            partial: Vec::new(),
+        }
+    }
+
+    /// Complete lines appended since the last call.
+    pub fn poll(&mut self) -> Vec<String> {
+        let Ok(mut f) = File::open(&self.path) else {
+            return Vec::new();
+        };
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        if len < self.offset {
+            // Rotated underneath us: a new boot's log.
+            self.offset = 0;
+            self.partial.clear();
+        }
+        let mut buf = Vec::new();
+        if f.seek(SeekFrom::Start(self.offset)).is_err() || f.read_to_end(&mut buf).is_err() {
+            return Vec::new();
+        }
+        self.offset += buf.len() as u64;
+        self.partial.extend_from_slice(&buf);
+        let mut lines = Vec::new();
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            lines.push(String::from_utf8_lossy(&line).into_owned());
+        }
+        lines
+    }
+}
+
+/// What the waiter needs from the world, so the loop itself is testable.
+pub trait Probes {
+    fn vmm_alive(&mut self) -> bool;
+    fn ssh_banner(&mut self) -> bool;
+    /// `cloud-init status --wait --long` over SSH, for guests whose console says nothing.
+    fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>>;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    Ssh,
+    CloudInit,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    pub reached: Phase,
+    pub finished: Option<Finished>,
+    /// From SSH, when the console never showed cloud-init.
+    pub status_over_ssh: Option<String>,
+}
+
+/// Follows the console and probes until `target` is reached, calling `on_phase` once per phase
+/// as it happens with the time since `start`. Errors name the last phase seen and the log.
+pub fn wait(
+    console: &Path,
+    offset: u64,
+    target: WaitFor,
+    timeout: Duration,
+    start: Instant,
+    probes: &mut dyn Probes,
+    on_phase: &mut dyn FnMut(Phase, Duration),
+) -> Result<Outcome, String> {
+    let mut follower = ConsoleFollower::new(console, offset);
+    let mut seen: Option<Phase> = None;
+    let mut problems: Vec<String> = Vec::new();
+    let mut cloud_init_on_console = false;
+    let mut last_ssh_check = Instant::now() - Duration::from_secs(10);
+    let mut reach = |p: Phase, seen: &mut Option<Phase>| {
+        if seen.is_none_or(|s| p > s) {
+            // Phases reached out of order (SSH before the kernel line, say) are reported once.
+            *seen = Some(p);
+            on_phase(p, start.elapsed());
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !probes.vmm_alive() {
+            return Err(format!(
+                "the VM's VMM exited while waiting (last phase: {}); see the console log {}",
+                seen.map_or("none", Phase::label),
+                console.display()
+            ));
+        }
+        reach(Phase::VmmRunning, &mut seen);
+        for line in follower.poll() {
+            match classify(&line) {
+                Some(ConsoleEvent::KernelBooting) => reach(Phase::KernelBooting, &mut seen),
+                Some(ConsoleEvent::CloudInitProblem(p)) => problems.push(p),
+                Some(ConsoleEvent::Finished(f)) => {
+                    if f.datasource == "DataSourceNone" || f.datasource == "None" {
+                        return Err(format!(
+                            "cloud-init finished but read no seed (Datasource {}): {SEED_NOT_READ_CAUSES}; console log {}",
+                            f.datasource,
+                            console.display()
+                        ));
+                    }
+                    reach(Phase::CloudInitFinished, &mut seen);
+                    if !problems.is_empty() {
+                        return Err(format!(
+                            "cloud-init finished with errors (Datasource {}):\n  {}\nconsole log {}",
+                            f.datasource,
+                            problems.join("\n  "),
+                            console.display()
+                        ));
+                    }
+                    return Ok(Outcome {
+                        reached: Phase::CloudInitFinished,
+                        finished: Some(f),
+                        status_over_ssh: None,
+                    });
+                }
+                None => {
+                    if line.contains("cloud-init") || line.contains("Cloud-init") {
+                        cloud_init_on_console = true;
+                    }
+                }
+            }
+        }
+        if last_ssh_check.elapsed() >= Duration::from_secs(2) {
+            last_ssh_check = Instant::now();
+            if probes.ssh_banner() {
+                reach(Phase::SshReachable, &mut seen);
+                if target == WaitFor::Ssh {
+                    return Ok(Outcome {
+                        reached: Phase::SshReachable,
+                        finished: None,
+                        status_over_ssh: None,
+                    });
+                }
+                if !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
+                    // The console is silent about cloud-init (console= elsewhere): ask the guest.
+                    if let Some(r) = probes.cloud_init_status_over_ssh() {
+                        let text = r.map_err(|e| format!("cloud-init reported failure over SSH: {e}"))?;
+                        reach(Phase::CloudInitFinished, &mut seen);
+                        return Ok(Outcome {
+                            reached: Phase::CloudInitFinished,
+                            finished: None,
+                            status_over_ssh: Some(text),
+                        });
+                    }
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out after {} waiting for {} (last phase seen: {}); see the console log {}",
+                humantime::format_duration(Duration::from_secs(timeout.as_secs())),
+                match target {
+                    WaitFor::Ssh => "SSH",
+                    WaitFor::CloudInit => "cloud-init to finish",
+                },
+                seen.map_or("none", Phase::label),
+                console.display()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    const FINISHED: &str = "[   45.6] cloud-init[512]: Cloud-init v. 22.4.2 finished at Tue, 01 Dec 2026 20:00:00 +0000. Datasource DataSourceNoCloud [seed=/dev/vdb][dsmode=net].  Up 45.67 seconds\r\n";
+
+    #[test]
+    fn classify_finished_nocloud_extracts_seed() {
+        let ev = classify(FINISHED);
+
+        assert_eq!(
+            ev,
+            Some(ConsoleEvent::Finished(Finished {
+                version: "22.4.2".into(),
+                datasource: "DataSourceNoCloud".into(),
+                seed: Some("/dev/vdb".into()),
+                uptime_seconds: Some("45.67".into()),
+            }))
+        );
+    }
+
+    #[test]
+    fn classify_finished_none_has_no_seed() {
+        let line = "Cloud-init v. 22.4.2 finished at Tue, 01 Dec 2026 20:00:00 +0000. Datasource DataSourceNone.  Up 9.00 seconds";
+
+        let Some(ConsoleEvent::Finished(f)) = classify(line) else {
+            panic!("not finished")
+        };
+
+        assert_eq!((f.datasource.as_str(), f.seed), ("DataSourceNone", None));
+    }
+
+    #[test]
+    fn classify_running_line_is_not_finished() {
+        assert_eq!(classify("Cloud-init v. 22.4.2 running 'modules:final' at Tue"), None);
+    }
+
+    #[test]
+    fn classify_kernel_banner() {
+        assert_eq!(
+            classify("[    0.000000] Linux version 6.1.0-27-cloud-amd64 (debian-kernel@...)"),
+            Some(ConsoleEvent::KernelBooting)
+        );
+    }
+
+    #[test]
+    fn classify_module_warning_is_problem() {
+        let line = "2026-12-01 20:00:01,000 - cc_runcmd.py[WARNING]: Failed to run module runcmd";
+
+        assert!(matches!(classify(line), Some(ConsoleEvent::CloudInitProblem(_))));
+    }
+
+    struct Fake {
+        alive: bool,
+        ssh: bool,
+    }
+
+    impl Probes for Fake {
+        fn vmm_alive(&mut self) -> bool {
+            self.alive
+        }
+        fn ssh_banner(&mut self) -> bool {
+            self.ssh
+        }
+        fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
+            None
+        }
+    }
+
+    fn log_with(lines: &[&str]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        for l in lines {
+            f.write_all(l.as_bytes()).unwrap();
+        }
+        f
+    }
+
+    #[test]
+    fn wait_reports_phases_in_order_and_finishes() {
+        let log = log_with(&["[ 0.0] Linux version 6.1\n", FINISHED]);
+        let mut phases = Vec::new();
+
+        let out = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Instant::now(),
+            &mut Fake {
+                alive: true,
+                ssh: false,
+            },
+            &mut |p, _| phases.push(p),
+        )
+        .unwrap();
+
+        assert_eq!(out.reached, Phase::CloudInitFinished);
+        assert_eq!(
+            phases,
+            vec![Phase::VmmRunning, Phase::KernelBooting, Phase::CloudInitFinished]
+        );
+    }
+
+    #[test]
+    fn wait_datasource_none_is_failure_with_causes() {
+        let log = log_with(&["Cloud-init v. 22.4.2 finished at X. Datasource DataSourceNone.  Up 9.00 seconds\n"]);
+
+        let err = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Instant::now(),
+            &mut Fake {
+                alive: true,
+                ssh: false,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+
+        assert!(err.contains("read no seed") && err.contains("Joliet"), "{err}");
+    }
+
+    #[test]
+    fn wait_finished_with_warning_is_failure_listing_it() {
+        let log = log_with(&["2026 - cc_runcmd.py[WARNING]: Failed to run module runcmd\n", FINISHED]);
+
+        let err = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Instant::now(),
+            &mut Fake {
+                alive: true,
+                ssh: false,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+
+        assert!(
+            err.contains("finished with errors") && err.contains("cc_runcmd"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wait_timeout_names_last_phase_and_log() {
+        let log = log_with(&["Linux version 6.1\n"]);
+
+        let err = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_millis(300),
+            Instant::now(),
+            &mut Fake {
+                alive: true,
+                ssh: false,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+
+        assert!(
+            err.contains("last phase seen: kernel booting") && err.contains(&log.path().display().to_string()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wait_vmm_exit_is_failure() {
+        let log = log_with(&[]);
+
+        let err = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Instant::now(),
+            &mut Fake {
+                alive: false,
+                ssh: false,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+
+        assert!(err.contains("VMM exited"), "{err}");
+    }
+
+    #[test]
+    fn wait_for_ssh_stops_at_banner() {
+        let log = log_with(&[]);
+
+        let out = wait(
+            log.path(),
+            0,
+            WaitFor::Ssh,
+            Duration::from_secs(5),
+            Instant::now(),
+            &mut Fake { alive: true, ssh: true },
+            &mut |_, _| {},
+        )
+        .unwrap();
+
+        assert_eq!(out.reached, Phase::SshReachable);
+    }
+
+    #[test]
+    fn follower_skips_text_before_offset_and_keeps_partial_lines() {
+        let mut log = log_with(&["old boot\n", "new "]);
+        let mut f = ConsoleFollower::new(log.path(), 9);
+
+        let first = f.poll();
+        log.write_all(b"line\n").unwrap();
+        let second = f.poll();
+
+        assert_eq!((first, second), (Vec::<String>::new(), vec!["new line\n".to_owned()]));
+    }
+}
