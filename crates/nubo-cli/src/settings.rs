@@ -13,12 +13,9 @@ pub struct Settings {
     pub roots: Roots,
     /// `NUBO_VM_BACKEND`: the backend for new VMs when neither the command nor the image names one.
     pub env_backend: Option<String>,
-    /// Colour only on a terminal and never when `NO_COLOR` is set (no-color.org).
-    pub color: bool,
     /// Progress bars and live phase lines on a TTY; plain lines otherwise.
     pub stderr_tty: bool,
     pub stdin_tty: bool,
-    pub home: Option<PathBuf>,
     /// `NUBO_MIRROR_<DISTRO>` (e.g. `NUBO_MIRROR_DEBIAN`): base URLs replacing each distro's own
     /// for `nubo image pull`, as (distro, URL).
     pub mirrors: Vec<(String, String)>,
@@ -42,10 +39,8 @@ impl Settings {
         Ok(Settings {
             roots,
             env_backend: std::env::var("NUBO_VM_BACKEND").ok().filter(|v| !v.is_empty()),
-            color: stderr_tty && var("NO_COLOR").is_none(),
             stderr_tty,
             stdin_tty: std::io::stdin().is_terminal(),
-            home: env.home,
             mirrors: mirrors_from_env(),
             ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
         })

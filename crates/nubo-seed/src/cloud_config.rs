@@ -17,6 +17,9 @@ pub fn render_cloud_config(c: &CloudConfig) -> Vec<u8> {
     let mut out = String::from("#cloud-config\n");
     if let Some(h) = &c.hostname {
         out.push_str(&format!("hostname: {}\n", scalar(h)));
+        // Maps the hostname to 127.0.1.1 in /etc/hosts, as Debian's installer does; without it
+        // `sudo` warns that it cannot resolve the new hostname.
+        out.push_str("manage_etc_hosts: localhost\n");
     }
     if !c.ssh_authorized_keys.is_empty() {
         out.push_str("ssh_authorized_keys:\n");
@@ -47,7 +50,7 @@ mod tests {
 
         let out = render_cloud_config(&c);
 
-        let want = "#cloud-config\nhostname: web-1\nssh_authorized_keys:\n  - \"ssh-ed25519 AAAAC3Nza a@b\"\n  - \"ssh-rsa AAAAB3 c\"\n";
+        let want = "#cloud-config\nhostname: web-1\nmanage_etc_hosts: localhost\nssh_authorized_keys:\n  - \"ssh-ed25519 AAAAC3Nza a@b\"\n  - \"ssh-rsa AAAAB3 c\"\n";
         assert_eq!(String::from_utf8(out).unwrap(), want);
     }
 

@@ -101,12 +101,14 @@ pub fn argv(binary: &str, spec: &MachineSpec, accel: Accel) -> Result<Vec<String
         spec.disk.display(),
         spec.disk_format
     );
-    push(&[
-        "-drive",
-        &disk,
-        "-device",
-        &format!("{},drive=disk0,bootindex=0", dev("virtio-blk-pci", "virtio-blk-device")),
-    ]);
+    // With -kernel, QEMU's linuxboot option ROM takes boot index 0 itself.
+    let bootindex = if matches!(spec.boot, BootMode::Kernel { .. }) {
+        ""
+    } else {
+        ",bootindex=0"
+    };
+    let disk_dev = format!("{},drive=disk0{bootindex}", dev("virtio-blk-pci", "virtio-blk-device"));
+    push(&["-drive", &disk, "-device", &disk_dev]);
     if let Some(seed) = &spec.seed {
         let drive = format!("if=none,id=seed0,file={},format=raw,readonly=on", seed.path.display());
         push(&[
@@ -254,7 +256,7 @@ mod tests {
 
         assert!(a.contains(&"microvm,isa-serial=on,rtc=on,acpi=off".to_owned()));
         assert!(a.contains(&"root=/dev/vda1 tsc=reliable console=ttyS0,115200".to_owned()));
-        assert!(a.contains(&"virtio-blk-device,drive=disk0,bootindex=0".to_owned()));
+        assert!(a.contains(&"virtio-blk-device,drive=disk0".to_owned()));
         assert!(!a.iter().any(|x| x.contains("-pci")));
     }
 

@@ -8,7 +8,12 @@ pub mod vm;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "nubo", version, about = "Distro cloud images in, cloud-init-personalised VMs out", propagate_version = true)]
+#[command(
+    name = "nubo",
+    version,
+    about = "Distro cloud images in, cloud-init-personalised VMs out",
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -1,12 +1,199 @@
 //! `nubo vm ...`.
 
+use std::path::PathBuf;
+
+use clap::ValueEnum;
+
+use crate::output::Format;
+
 #[derive(Debug, clap::Subcommand)]
 pub enum VmCmd {
-    /// Create (and start) a VM
-    Create(NameArgs),
+    /// Create a VM from an image (or a disk), personalised by cloud-init, and start it
+    Create(Box<CreateArgs>),
+    /// List VMs with their live state
+    #[command(alias = "list")]
+    Ls(LsArgs),
+    /// Start a stopped VM (its seed is reused, never rewritten)
+    Start(NameArgs),
+    /// Stop a VM: ACPI power-off, then a bounded wait, then kill
+    Stop(StopArgs),
+    /// Stop and start a VM
+    Restart(StopArgs),
+    /// Remove a VM: its VMM, overlay, seed, sockets, logs and record (never its base image)
+    #[command(alias = "delete")]
+    Rm(RmArgs),
+    /// Wait until a running VM is ready, reporting each boot phase
+    Wait(WaitArgs),
+    /// Attach to the serial console (detach with Ctrl-])
+    Console(NameArgs),
+    /// Print the serial console log
+    Logs(LogsArgs),
+    /// Run ssh into the VM (as the image's default user, with nubo's key)
+    Ssh(SshArgs),
+    /// Print how to reach the VM
+    Ip(IpArgs),
+    /// Print nubo's SSH public key (to put in your own user-data)
+    SshKey,
+    /// Print a VM's record as JSON
+    Inspect(NameArgs),
+    /// Show, set or clear the backend new VMs use by default
+    DefaultBackend(DefaultBackendArgs),
 }
 
 #[derive(Debug, clap::Args)]
 pub struct NameArgs {
     pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MachineArg {
+    Pc,
+    Q35,
+    Microvm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AccelArg {
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WaitForArg {
+    Ssh,
+    CloudInit,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// VM name: a DNS label (lowercase letters, digits, `-`; at most 63 characters)
+    pub name: String,
+    /// Image from the store (`nubo image ls`); an official reference not yet local is pulled
+    #[arg(long, conflicts_with = "disk")]
+    pub image: Option<String>,
+    /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
+    #[arg(long)]
+    pub disk: Option<PathBuf>,
+    /// Backend: `qemu` (see `nubo vm default-backend` and NUBO_VM_BACKEND)
+    #[arg(long)]
+    pub backend: Option<String>,
+    #[arg(long)]
+    pub vcpus: Option<u32>,
+    /// Memory, e.g. `2G` or `512M`
+    #[arg(long)]
+    pub memory: Option<nubo_core::ByteSize>,
+    /// Size of the VM's disk (at least the image's virtual size), e.g. `20G`
+    #[arg(long)]
+    pub disk_size: Option<nubo_core::ByteSize>,
+    /// Guest hostname (default: the VM name)
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// SSH public key for the default user: the key itself or `@file` (repeatable)
+    #[arg(long = "ssh-key", value_name = "KEY|@FILE")]
+    pub ssh_keys: Vec<String>,
+    /// cloud-init user-data file, passed through byte for byte
+    #[arg(long)]
+    pub user_data: Option<PathBuf>,
+    /// cloud-init network-config file (version 1 or 2), passed through
+    #[arg(long)]
+    pub network_config: Option<PathBuf>,
+    /// Attach your own NoCloud seed image as is (instead of nubo making one)
+    #[arg(long)]
+    pub seed: Option<PathBuf>,
+    /// Boot this kernel directly (default when the image records its kernel)
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    #[arg(long, requires = "kernel")]
+    pub initrd: Option<PathBuf>,
+    #[arg(long, requires = "kernel")]
+    pub cmdline: Option<String>,
+    /// Boot through firmware and the image's boot loader: `bios`, `efi`, or a UEFI firmware file
+    #[arg(long, value_name = "bios|efi|PATH")]
+    pub firmware: Option<String>,
+    #[arg(long, value_enum)]
+    pub machine: Option<MachineArg>,
+    /// `auto` uses KVM where it can run stock kernels, else TCG (and says why)
+    #[arg(long, value_enum, default_value = "auto")]
+    pub accel: AccelArg,
+    /// Cut the guest off from every network but its forwarded ports (QEMU `restrict=on`)
+    #[arg(long)]
+    pub restrict_network: bool,
+    /// User `nubo vm ssh` logs in as (default: the image's default user)
+    #[arg(long)]
+    pub ssh_user: Option<String>,
+    /// Wait until cloud-init has finished, reporting each phase
+    #[arg(long)]
+    pub wait: bool,
+    /// How long `--wait` waits, e.g. `300s` or `5m`
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    pub boot_timeout: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LsArgs {
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StopArgs {
+    pub name: String,
+    /// Kill the VMM at once instead of asking the guest to power off
+    #[arg(long, short)]
+    pub force: bool,
+    /// How long to wait for the guest to power off before killing it
+    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RmArgs {
+    pub names: Vec<String>,
+    /// Remove a running VM too (its VMM is killed)
+    #[arg(long, short)]
+    pub force: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    pub name: String,
+    #[arg(long = "for", value_enum, default_value = "cloud-init")]
+    pub target: WaitForArg,
+    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    pub timeout: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LogsArgs {
+    pub name: String,
+    /// Keep printing as the console writes
+    #[arg(long, short)]
+    pub follow: bool,
+    /// The previous boot's log
+    #[arg(long)]
+    pub previous: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SshArgs {
+    pub name: String,
+    /// Command to run instead of a login shell (after `--`)
+    #[arg(last = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct IpArgs {
+    pub name: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DefaultBackendArgs {
+    #[arg(long, conflicts_with = "clear")]
+    pub set: Option<String>,
+    #[arg(long)]
+    pub clear: bool,
 }

@@ -40,7 +40,7 @@ fn parse_ref(s: &str) -> anyhow::Result<ImageRef> {
 
 fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
     let source = PullSource::parse(&a.source)?;
-    let mut req = PullRequest::new(source.clone());
+    let mut req = pull_request(source, settings);
     req.name = a.name.as_deref().map(parse_ref).transpose()?;
     req.checksum = a
         .checksum
@@ -48,32 +48,58 @@ fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
         .map(str::parse)
         .transpose()
         .context("--checksum")?;
-    req.mirror = a.mirror.clone().or_else(|| match &source {
-        PullSource::Catalog(r) => settings
-            .mirrors
-            .iter()
-            .find(|(d, _)| *d == r.name)
-            .map(|(_, url)| url.clone()),
-        PullSource::Url(_) => None,
-    });
-    req.tls = TlsSettings {
-        ca_bundle: settings.ssl_cert_file.clone(),
-        extra_ca: a.ca_cert.clone(),
-    };
+    if a.mirror.is_some() {
+        req.mirror = a.mirror.clone();
+    }
+    req.tls.extra_ca = a.ca_cert.clone();
     req.allow_http = a.allow_http;
     req.insecure_no_checksum = a.insecure_no_checksum;
-    let store = open_store(settings)?;
-    let mut reporter = progress::Reporter::new(settings.stderr_tty);
-    let rec = nubo_image::pull(&store, &req, &mut |e: PullEvent| reporter.event(e));
-    reporter.finish();
-    // Every PullError names its URL or reference already.
-    let rec = rec?;
+    let rec = run_pull(&req, settings)?;
     let how = match (&rec.source.checksum, rec.verified) {
         (Some(c), true) => format!("verified {}", c.split(':').next().unwrap_or("checksum")),
         _ => "UNVERIFIED: only TLS vouched for it".to_owned(),
     };
     println!("{} {} ({}, {how})", rec.reference, rec.digest, human(rec.size));
     Ok(())
+}
+
+/// A pull with the settings' mirror for the distro and its TLS trust.
+fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
+    let mut req = PullRequest::new(source.clone());
+    req.mirror = match &source {
+        PullSource::Catalog(r) => settings
+            .mirrors
+            .iter()
+            .find(|(d, _)| *d == r.name)
+            .map(|(_, url)| url.clone()),
+        PullSource::Url(_) => None,
+    };
+    req.tls = TlsSettings {
+        ca_bundle: settings.ssl_cert_file.clone(),
+        extra_ca: Vec::new(),
+    };
+    req
+}
+
+fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<ImageRecord> {
+    let store = open_store(settings)?;
+    let mut reporter = progress::Reporter::new(settings.stderr_tty);
+    let rec = nubo_image::pull(&store, req, &mut |e: PullEvent| reporter.event(e));
+    reporter.finish();
+    // Every PullError names its URL or reference already.
+    Ok(rec?)
+}
+
+/// For `vm create --image REF`: pulls an official reference that is not in the store yet.
+/// Returns `false` when there is nothing to do (local already, or not a catalog reference).
+pub(crate) fn pull_if_missing(reference: &str, settings: &Settings) -> anyhow::Result<bool> {
+    let r = parse_ref(reference)?;
+    if open_store(settings)?.get(&r)?.is_some() || nubo_image::catalog::lookup(&r).is_none() {
+        return Ok(false);
+    }
+    eprintln!("image `{r}` is not in the store: pulling it");
+    run_pull(&pull_request(PullSource::Catalog(r), settings), settings)?;
+    Ok(true)
 }
 
 /// Binary multiples, one decimal, as `ls -h` and qemu-img print them.

@@ -3,7 +3,7 @@
 mod bootstrap;
 mod completions;
 mod doctor;
-mod image;
+pub(crate) mod image;
 mod seed;
 mod vm;
 
@@ -20,9 +20,4 @@ pub fn run(cli: Cli, settings: &Settings) -> anyhow::Result<()> {
         Command::Doctor(a) => doctor::run(&a, settings),
         Command::Completions(a) => completions::run(&a),
     }
-}
-
-/// For verbs an open issue has yet to deliver: says so and fails, never pretends.
-pub fn not_implemented(verb: &str) -> anyhow::Result<()> {
-    anyhow::bail!("`nubo {verb}` is not implemented yet")
 }

@@ -1,8 +1,58 @@
+//! `nubo vm ...`: one module per verb; this one builds the engine and prints its events.
+
+mod console;
+mod create;
+mod inspect;
+mod lifecycle;
+mod logs;
+mod ls;
+mod ssh;
+
+use std::time::Duration;
+
+use nubo_engine::{Engine, Event};
+
 use crate::cli::vm::VmCmd;
 use crate::settings::Settings;
 
-pub fn run(cmd: VmCmd, _settings: &Settings) -> anyhow::Result<()> {
+pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
+    let engine = engine(settings);
     match cmd {
-        VmCmd::Create(_) => super::not_implemented("vm create"),
+        VmCmd::Create(a) => create::run(&a, &engine, settings),
+        VmCmd::Ls(a) => ls::run(&a, &engine),
+        VmCmd::Start(a) => lifecycle::start(&a.name, &engine),
+        VmCmd::Stop(a) => lifecycle::stop(&a, &engine),
+        VmCmd::Restart(a) => lifecycle::restart(&a, &engine),
+        VmCmd::Rm(a) => lifecycle::rm(&a, &engine),
+        VmCmd::Wait(a) => lifecycle::wait(&a, &engine),
+        VmCmd::Console(a) => console::run(&a.name, &engine, settings),
+        VmCmd::Logs(a) => logs::run(&a, &engine),
+        VmCmd::Ssh(a) => ssh::ssh(&a, &engine),
+        VmCmd::Ip(a) => ssh::ip(&a, &engine),
+        VmCmd::SshKey => ssh::key(&engine),
+        VmCmd::Inspect(a) => inspect::run(&a.name, &engine),
+        VmCmd::DefaultBackend(a) => lifecycle::default_backend(&a, &engine),
     }
+}
+
+pub fn engine(settings: &Settings) -> Engine {
+    Engine::new(
+        settings.roots.clone(),
+        nubo_backend::builtin_registry(),
+        settings.env_backend.clone(),
+    )
+}
+
+/// Progress goes to stderr, one plain line per event, so it reads the same on a terminal and
+/// in a log; results go to stdout.
+pub fn print_event(e: Event) {
+    match e {
+        Event::Step(s) => eprintln!("  {s}"),
+        Event::Note(s) => eprintln!("note: {s}"),
+        Event::Phase(p, t) => eprintln!("[{:>6}] {}", seconds(t), p.label()),
+    }
+}
+
+fn seconds(t: Duration) -> String {
+    format!("{:.1}s", t.as_secs_f64())
 }
