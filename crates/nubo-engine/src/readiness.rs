@@ -88,6 +88,9 @@ fn parse_finished(line: &str) -> Option<Finished> {
 }
 
 /// Why a guest that finished without reading the seed did so, for the error message.
+/// How often the console log is read while waiting.
+pub const POLL: Duration = Duration::from_millis(20);
+
 pub const SEED_NOT_READ_CAUSES: &str =
     "likely causes: the seed's bus is invisible to the guest kernel (cloud kernels have no AHCI/SATA driver), \
 the seed has no Joliet tree, or its volume label is not CIDATA; `nubo seed inspect` shows what the seed holds";
@@ -260,7 +263,9 @@ pub fn wait(
                 console.display()
             ));
         }
-        std::thread::sleep(Duration::from_millis(250));
+        // Short, so a phase is reported within a few ms of the console line; a poll is one
+        // stat and a read of what was appended.
+        std::thread::sleep(POLL);
     }
 }
 
