@@ -12,6 +12,8 @@ use crate::settings::Settings;
 
 pub fn run(a: &CreateArgs, engine: &Engine, settings: &Settings) -> anyhow::Result<()> {
     let t0 = Instant::now();
+    // The name first: nothing, not even a download, happens for a VM that cannot exist.
+    nubo_core::VmName::parse(&a.name)?;
     let req = request(a)?;
     // Everything is checked before anything is downloaded or written, except that an image
     // which is not local yet can only be checked once it is.
