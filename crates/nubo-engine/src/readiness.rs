@@ -44,7 +44,13 @@ pub enum ConsoleEvent {
     Finished(Finished),
     /// A cloud-init warning or error line (its module failed, its config did not validate).
     CloudInitProblem(String),
+    /// The guest cannot get as far as cloud-init: a kernel panic, or the initramfs giving up on
+    /// the root disk and dropping to its shell. Waiting on is pointless.
+    BootFailed(String),
 }
+
+/// Console lines after which the guest never reaches cloud-init.
+const BOOT_FAILURES: [&str; 2] = ["Kernel panic - not syncing", "Dropping to a shell!"];
 
 /// Classifies one console line.
 pub fn classify(line: &str) -> Option<ConsoleEvent> {
@@ -54,6 +60,9 @@ pub fn classify(line: &str) -> Option<ConsoleEvent> {
     }
     if let Some(f) = parse_finished(line) {
         return Some(ConsoleEvent::Finished(f));
+    }
+    if BOOT_FAILURES.iter().any(|m| line.contains(m)) {
+        return Some(ConsoleEvent::BootFailed(line.trim().to_owned()));
     }
     let problem = ["[WARNING]", "[ERROR]", "[CRITICAL]"].iter().any(|m| line.contains(m))
         && (line.contains(".py[") || line.contains("cloud-init"));
@@ -94,6 +103,10 @@ pub const POLL: Duration = Duration::from_millis(20);
 pub const SEED_NOT_READ_CAUSES: &str =
     "likely causes: the seed's bus is invisible to the guest kernel (cloud kernels have no AHCI/SATA driver), \
 the seed has no Joliet tree, or its volume label is not CIDATA; `nubo seed inspect` shows what the seed holds";
+
+pub const BOOT_FAILED_CAUSES: &str =
+    "the guest never reaches cloud-init: its kernel cannot see or mount the root disk (a disk or bus driver \
+missing from, or not loaded by, the initramfs for this machine type; a wrong root=) or panicked; try `--machine pc`";
 
 /// Reads a growing console log from an offset, line by line.
 pub struct ConsoleFollower {
@@ -196,6 +209,13 @@ pub fn wait(
             match classify(&line) {
                 Some(ConsoleEvent::KernelBooting) => reach(Phase::KernelBooting, &mut seen),
                 Some(ConsoleEvent::CloudInitProblem(p)) => problems.push(p),
+                Some(ConsoleEvent::BootFailed(l)) => {
+                    return Err(format!(
+                        "the guest failed to boot (last phase: {}): `{l}`; {BOOT_FAILED_CAUSES}; console log {}",
+                        seen.map_or("none", Phase::label),
+                        console.display()
+                    ));
+                }
                 Some(ConsoleEvent::Finished(f)) => {
                     if f.datasource == "DataSourceNone" || f.datasource == "None" {
                         return Err(format!(
@@ -441,6 +461,43 @@ mod tests {
             err.contains("last phase seen: kernel booting") && err.contains(&log.path().display().to_string()),
             "{err}"
         );
+    }
+
+    #[test]
+    fn classify_initramfs_shell_is_boot_failure() {
+        let line = "ALERT!  UUID=9eb4 does not exist.  Dropping to a shell!";
+
+        assert_eq!(classify(line), Some(ConsoleEvent::BootFailed(line.to_owned())));
+    }
+
+    #[test]
+    fn wait_kernel_panic_fails_at_once_naming_line() {
+        let log = log_with(&[
+            "Linux version 6.1.0\n",
+            "Kernel panic - not syncing: VFS: Unable to mount root fs\n",
+        ]);
+        let t = Instant::now();
+
+        let err = wait(
+            log.path(),
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(30),
+            Instant::now(),
+            &mut Fake {
+                alive: true,
+                ssh: false,
+            },
+            &mut |_, _| {},
+        )
+        .unwrap_err();
+
+        assert!(
+            err.contains("failed to boot") && err.contains("Unable to mount root fs"),
+            "{err}"
+        );
+        assert!(err.contains("last phase: kernel booting"), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
