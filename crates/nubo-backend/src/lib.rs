@@ -117,6 +117,11 @@ pub trait Backend: Send + Sync {
     /// Built-in, local, zero-configuration: may be picked by the heuristic.
     fn auto_selectable(&self) -> bool;
     fn probe(&self) -> Probe;
+    /// A cheap "could this backend be picked here" for selection (no processes run), so
+    /// `vm create` does not pay for a full probe; `nubo doctor` runs the real [`probe`](Self::probe).
+    fn installed(&self) -> bool {
+        matches!(self.probe(), Probe::Available { .. })
+    }
     fn capabilities(&self) -> Capabilities;
     /// Starts the VM described by `spec`; returns once the VMM is running (not the guest).
     fn boot(&self, spec: &MachineSpec) -> Result<BootInfo, BackendError>;

@@ -8,6 +8,17 @@ use std::path::Path;
 /// Replaces `path` with `data` atomically. The temp file lives beside `path` so the rename never
 /// crosses a filesystem; it is removed if any step fails.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
+    replace(path, data, true)
+}
+
+/// Like [`write_atomic`] (readers never see a torn file) but without the fsyncs: for files on
+/// a latency-critical path whose durability the caller establishes afterwards with one
+/// `syncfs` before writing the durable record that depends on them.
+pub fn write_atomic_unsynced(path: &Path, data: &[u8]) -> io::Result<()> {
+    replace(path, data, false)
+}
+
+fn replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -23,10 +34,15 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
     let result = (|| {
         let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         drop(f);
         fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
+        if durable {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -36,9 +52,18 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
 
 /// Serialises `value` as pretty JSON (with a trailing newline) and writes it atomically.
 pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    write_atomic(path, &json_bytes(value)?)
+}
+
+/// [`write_json_atomic`] without the fsyncs (see [`write_atomic_unsynced`]).
+pub fn write_json_atomic_unsynced<T: serde::Serialize>(path: &Path, value: &T) -> io::Result<()> {
+    write_atomic_unsynced(path, &json_bytes(value)?)
+}
+
+fn json_bytes<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
     let mut data = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     data.push(b'\n');
-    write_atomic(path, &data)
+    Ok(data)
 }
 
 #[cfg(test)]
@@ -70,6 +95,18 @@ mod tests {
 
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn write_atomic_unsynced_replaces_contents_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seed.img");
+        write_atomic_unsynced(&path, b"old").unwrap();
+
+        write_atomic_unsynced(&path, b"new").unwrap();
+
+        assert_eq!(fs::read(&path).unwrap(), b"new");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod roots;
 pub mod size;
 pub mod state;
 
-pub use atomic::{write_atomic, write_json_atomic};
+pub use atomic::{write_atomic, write_atomic_unsynced, write_json_atomic, write_json_atomic_unsynced};
 pub use error::ErrorKind;
 pub use name::{NameError, VmName};
 pub use roots::{RootEnv, Roots, RootsError};

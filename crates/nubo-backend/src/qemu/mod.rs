@@ -173,6 +173,10 @@ impl Backend for QemuBackend {
         }
     }
 
+    fn installed(&self) -> bool {
+        probe::which(&self.binary, std::env::var_os("PATH").as_deref()).is_some()
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             snapshot: false,
