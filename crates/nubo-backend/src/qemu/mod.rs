@@ -202,7 +202,10 @@ impl Backend for QemuBackend {
             .map_err(BackendError::io(format!("creating {}", h.run_dir.display())))?;
         remove_runtime_files(h)?;
         let (accel, accel_reason) = probe::resolve_accel(spec.accel, &self.kvm())?;
-        let argv = render::argv(&self.binary, spec, accel)?;
+        let tsc_khz = (spec.machine == MachineType::Microvm && accel == Accel::Tcg)
+            .then(probe::host_tsc_khz)
+            .flatten();
+        let argv = render::argv(&self.binary, spec, accel, tsc_khz)?;
         let out = Command::new(&argv[0])
             .args(&argv[1..])
             .stdin(Stdio::null())

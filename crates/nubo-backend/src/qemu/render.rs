@@ -18,12 +18,18 @@ use crate::BackendError;
 /// 16550 UART on pc, q35 and microvm alike).
 pub const SERIAL_CONSOLE: &str = "console=ttyS0,115200";
 
-/// Under TCG the virtual microvm has no HPET, no ACPI PM timer and no PIT, so the kernel's TSC
-/// calibration has nothing to measure against; `tsc=reliable` stops the clocksource watchdog
-/// from disowning the TSC. See docs/architecture.md "microvm".
+/// microvm has a PIT but no HPET, no ACPI PM timer and no port 0x61. Under TCG the kernel's fast
+/// TSC calibration against the PIT fails whenever QEMU's vCPU thread is descheduled mid-measure
+/// (seen in 4 of 12 boots on a loaded host); with no other reference the kernel marks the TSC
+/// unstable and, on a hardware-reduced ACPI machine with no timer tick, spins for ever in the
+/// delay-loop calibration. `tsc_early_khz=` (added under TCG, see [`argv`]) gives the kernel the
+/// frequency so nothing depends on timing; `tsc=reliable` stops the clocksource watchdog
+/// from disowning the TSC later. See docs/architecture.md "microvm".
 pub const MICROVM_CMDLINE: &str = "tsc=reliable";
 
-pub fn argv(binary: &str, spec: &MachineSpec, accel: Accel) -> Result<Vec<String>, BackendError> {
+/// `tsc_khz` is the host's TSC frequency, which a TCG guest's TSC runs at; it is used only for
+/// microvm under TCG (KVM guests get the frequency from kvmclock).
+pub fn argv(binary: &str, spec: &MachineSpec, accel: Accel, tsc_khz: Option<u64>) -> Result<Vec<String>, BackendError> {
     let mut a: Vec<String> = vec![binary.to_owned()];
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     let h = &spec.handle;
@@ -35,9 +41,11 @@ pub fn argv(binary: &str, spec: &MachineSpec, accel: Accel) -> Result<Vec<String
     let machine = match spec.machine {
         MachineType::Pc => "pc",
         MachineType::Q35 => "q35",
-        // rtc for wall-clock time; isa-serial for ttyS0; acpi off keeps the firmware-less boot
-        // minimal (the kernel finds virtio-mmio devices on its command line, which QEMU adds).
-        MachineType::Microvm => "microvm,isa-serial=on,rtc=on,acpi=off",
+        // rtc for wall-clock time; isa-serial for ttyS0; ACPI on so the kernel finds the
+        // virtio-mmio transports in the ACPI tables: with acpi=off QEMU lists them as
+        // `virtio_mmio.device=` arguments instead, which do nothing when virtio_mmio is a
+        // module (Debian's cloud kernel), and the root disk never appears.
+        MachineType::Microvm => "microvm,isa-serial=on,rtc=on,acpi=on",
     };
     push(&["-machine", machine]);
     match accel {
@@ -89,6 +97,9 @@ pub fn argv(binary: &str, spec: &MachineSpec, accel: Accel) -> Result<Vec<String
             if micro {
                 line.push(' ');
                 line.push_str(MICROVM_CMDLINE);
+                if let (Accel::Tcg, Some(khz)) = (accel, tsc_khz) {
+                    line.push_str(&format!(" tsc_early_khz={khz}"));
+                }
             }
             line.push(' ');
             line.push_str(SERIAL_CONSOLE);
@@ -195,7 +206,7 @@ mod tests {
 -device virtio-rng-pci";
 
     fn joined(s: &MachineSpec, accel: Accel) -> String {
-        argv("qemu-system-x86_64", s, accel).unwrap().join(" ")
+        argv("qemu-system-x86_64", s, accel, None).unwrap().join(" ")
     }
 
     #[test]
@@ -252,24 +263,30 @@ mod tests {
             cmdline: "root=/dev/vda1".into(),
         };
 
-        let a = argv("qemu-system-x86_64", &spec(boot, MachineType::Microvm), Accel::Tcg).unwrap();
+        let a = argv(
+            "qemu-system-x86_64",
+            &spec(boot, MachineType::Microvm),
+            Accel::Tcg,
+            Some(2596120),
+        )
+        .unwrap();
 
-        assert!(a.contains(&"microvm,isa-serial=on,rtc=on,acpi=off".to_owned()));
-        assert!(a.contains(&"root=/dev/vda1 tsc=reliable console=ttyS0,115200".to_owned()));
+        assert!(a.contains(&"microvm,isa-serial=on,rtc=on,acpi=on".to_owned()));
+        assert!(a.contains(&"root=/dev/vda1 tsc=reliable tsc_early_khz=2596120 console=ttyS0,115200".to_owned()));
         assert!(a.contains(&"virtio-blk-device,drive=disk0".to_owned()));
         assert!(!a.iter().any(|x| x.contains("-pci")));
     }
 
     #[test]
     fn argv_microvm_bios_refused() {
-        let err = argv("q", &spec(BootMode::Bios, MachineType::Microvm), Accel::Tcg).unwrap_err();
+        let err = argv("q", &spec(BootMode::Bios, MachineType::Microvm), Accel::Tcg, None).unwrap_err();
 
         assert!(err.to_string().contains("--kernel"));
     }
 
     #[test]
     fn argv_unresolved_accel_refused() {
-        assert!(argv("q", &spec(BootMode::Bios, MachineType::Pc), Accel::Auto).is_err());
+        assert!(argv("q", &spec(BootMode::Bios, MachineType::Pc), Accel::Auto, None).is_err());
     }
 
     #[test]
