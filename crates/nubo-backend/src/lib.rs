@@ -127,6 +127,10 @@ pub trait Backend: Send + Sync {
     fn boot(&self, spec: &MachineSpec) -> Result<BootInfo, BackendError>;
     /// Derived from the VMM itself (process, QMP), never from a record.
     fn state(&self, vm: &VmHandle) -> Result<VmState, BackendError>;
+    /// Whether the VMM is up, cheaply enough to ask every few milliseconds while waiting.
+    fn alive(&self, vm: &VmHandle) -> bool {
+        self.state(vm).is_ok_and(|s| s.is_active())
+    }
     fn stop(&self, vm: &VmHandle, mode: StopMode) -> Result<(), BackendError>;
     /// Kills the VMM if running and removes its runtime files. Succeeds when already gone.
     fn destroy(&self, vm: &VmHandle) -> Result<(), BackendError>;

@@ -352,7 +352,7 @@ impl Engine {
         let available: Vec<&str> = self
             .registry
             .iter()
-            .filter(|b| b.auto_selectable() && matches!(b.probe(), nubo_backend::Probe::Available { .. }))
+            .filter(|b| b.auto_selectable() && b.installed())
             .map(|b| b.id())
             .collect();
         let input = nubo_backend::SelectionInput {
@@ -406,6 +406,7 @@ impl Engine {
                         "vm `{name}` exists with this spec and is stopped: starting it"
                     )));
                     self.boot_locked(&mut rec, backend, events)?;
+                    record::save(&dir, &rec)?;
                 } else {
                     events(Event::Step(format!(
                         "vm `{name}` already exists with this spec and is running"
@@ -531,7 +532,8 @@ impl Engine {
             argv: Vec::new(),
         };
         // The record comes first: from here on, an interrupted create is found and converged.
-        record::save(dir, &rec)?;
+        // It need not be durable yet: after a power loss there is no QEMU to converge.
+        record::save_unsynced(dir, &rec)?;
 
         nubo_disk::create_overlay(&plan.base, plan.base_format, &disk, plan.disk_size)?;
         events(Event::Step(format!(
@@ -548,7 +550,8 @@ impl Engine {
                     user_seed.display()
                 ))
             })?;
-            nubo_core::write_atomic(&seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+            nubo_core::write_atomic_unsynced(&seed_path, &bytes)
+                .map_err(io(format!("writing {}", seed_path.display())))?;
             if let Some(s) = rec.machine.seed.as_mut() {
                 s.format = backend_seed_format(format);
             }
@@ -589,7 +592,8 @@ impl Engine {
                 vendor_data,
             };
             let bytes = nubo_seed::build(&spec, nubo_seed::SeedFormat::Iso)?;
-            nubo_core::write_atomic(&seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+            nubo_core::write_atomic_unsynced(&seed_path, &bytes)
+                .map_err(io(format!("writing {}", seed_path.display())))?;
             events(Event::Step(format!(
                 "seed {} (NoCloud, instance-id {uuid})",
                 seed_path.display()
@@ -604,13 +608,16 @@ impl Engine {
             )))?;
         }
         self.boot_locked(&mut rec, backend, events)?;
+        // One syncfs makes the seed and the `creating` record durable together, after QEMU has
+        // started rather than on its critical path; only then is the VM recorded as created.
+        sync_fs(dir).map_err(io(format!("syncing {}", dir.display())))?;
         rec.phase = Phase::Created;
         record::save(dir, &rec)?;
         Ok(rec)
     }
 
     /// Boots `rec` (lock held): rotates the console log, re-picks the SSH port when another
-    /// program took it, and records what the backend reports.
+    /// program took it, and notes what the backend reports in `rec`; the caller saves it.
     pub(crate) fn boot_locked(
         &self,
         rec: &mut VmRecord,
@@ -639,7 +646,7 @@ impl Engine {
                     events(Event::Step(format!("accelerator: {}", info.accel_reason)));
                     rec.accel_reason = Some(info.accel_reason);
                     rec.argv = info.argv;
-                    return record::save(&self.roots.vm_dir(&rec.name), rec);
+                    return Ok(());
                 }
                 // Someone took the port between our check and QEMU's bind: pick another.
                 Err(nubo_backend::BackendError::Remote { detail, .. })
@@ -662,6 +669,12 @@ impl Engine {
         }
         unreachable!("the last attempt returns")
     }
+}
+
+fn sync_fs(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = fs::File::open(dir)?;
+    nix::unistd::syncfs(d.as_raw_fd()).map_err(std::io::Error::from)
 }
 
 fn backend_seed_format(f: nubo_seed::SeedFormat) -> SeedFormat {

@@ -4,6 +4,8 @@
 use std::fs;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nubo_backend::{Backend, StopMode};
@@ -76,6 +78,7 @@ impl Engine {
         match backend.state(&rec.machine.handle)? {
             VmState::Stopped => {
                 self.boot_locked(&mut rec, backend, events)?;
+                record::save(&self.roots.vm_dir(name), &rec)?;
                 events(Event::Step(format!("vm `{name}` started")));
             }
             s => events(Event::Step(format!("vm `{name}` is already {s}"))),
@@ -229,6 +232,7 @@ impl Engine {
             });
         }
         let mut probes = LiveProbes {
+            ssh: None,
             engine: self,
             rec: &rec,
             backend,
@@ -270,23 +274,53 @@ struct LiveProbes<'a> {
     engine: &'a Engine,
     rec: &'a VmRecord,
     backend: &'a dyn Backend,
+    ssh: Option<SshWatcher>,
+}
+
+/// Probes the SSH banner on its own thread: a probe can block for its whole timeout (user-mode
+/// networking accepts the connection before the guest answers), and the console must still be
+/// read every [`readiness::POLL`].
+struct SshWatcher {
+    up: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl SshWatcher {
+    fn start(port: u16) -> SshWatcher {
+        let (up, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (u, st) = (up.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                if crate::ssh::banner(port, Duration::from_secs(2)) {
+                    u.store(true, Ordering::Relaxed);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        });
+        SshWatcher { up, stop }
+    }
+}
+
+impl Drop for SshWatcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Probes for LiveProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
-        nubo_backend::qemu::live_pid(&self.rec.machine.handle).is_some()
-            || self.backend.id() != "qemu"
-                && self
-                    .backend
-                    .state(&self.rec.machine.handle)
-                    .is_ok_and(|s| s.is_active())
+        self.backend.alive(&self.rec.machine.handle)
     }
 
     fn ssh_banner(&mut self) -> bool {
-        self.rec
-            .ssh
-            .as_ref()
-            .is_some_and(|s| crate::ssh::banner(s.port, Duration::from_secs(2)))
+        let Some(port) = self.rec.ssh.as_ref().map(|s| s.port) else {
+            return false;
+        };
+        self.ssh
+            .get_or_insert_with(|| SshWatcher::start(port))
+            .up
+            .load(Ordering::Relaxed)
     }
 
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {

@@ -85,6 +85,14 @@ pub fn save(vm_dir: &Path, rec: &VmRecord) -> Result<(), EngineError> {
     nubo_core::write_json_atomic(&path, rec).map_err(EngineError::io(&rec.name, format!("writing {}", path.display())))
 }
 
+/// [`save`] without the fsyncs, for the `creating` record on the way to QEMU's start; `create`
+/// makes it durable with one syncfs afterwards.
+pub fn save_unsynced(vm_dir: &Path, rec: &VmRecord) -> Result<(), EngineError> {
+    let path = record_path(vm_dir);
+    nubo_core::write_json_atomic_unsynced(&path, rec)
+        .map_err(EngineError::io(&rec.name, format!("writing {}", path.display())))
+}
+
 fn dir_name(p: &Path) -> String {
     p.file_name()
         .map(|n| n.to_string_lossy().into_owned())

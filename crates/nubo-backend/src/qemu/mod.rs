@@ -260,6 +260,10 @@ impl Backend for QemuBackend {
         })
     }
 
+    fn alive(&self, vm: &VmHandle) -> bool {
+        live_pid(vm).is_some()
+    }
+
     fn stop(&self, vm: &VmHandle, mode: StopMode) -> Result<(), BackendError> {
         if let StopMode::Graceful(timeout) = mode {
             if live_pid(vm).is_some() && self.command(vm, "system_powerdown").is_ok() && wait_gone(vm, timeout) {
