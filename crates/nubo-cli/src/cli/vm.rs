@@ -70,8 +70,20 @@ pub struct CreateArgs {
     /// VM name: a DNS label (lowercase letters, digits, `-`; at most 63 characters)
     pub name: String,
     /// Image from the store (`nubo image ls`); an official reference not yet local is pulled
-    #[arg(long, conflicts_with = "disk")]
+    #[arg(long, conflicts_with_all = ["disk", "url_img"])]
     pub image: Option<String>,
+    /// Download a cloud image from this https URL (verified by --checksum or `<url>.sha256`) and boot it
+    #[arg(long, value_name = "URL", conflicts_with = "disk")]
+    pub url_img: Option<String>,
+    /// Checksum for --url-img: `sha256:<hex>` or `sha512:<hex>`
+    #[arg(long, requires = "url_img")]
+    pub checksum: Option<String>,
+    /// Boot a --url-img that has no checksum anywhere (only TLS vouches for it)
+    #[arg(long, requires = "url_img")]
+    pub insecure_no_checksum: bool,
+    /// Allow a plain http:// --url-img (anyone on the path could swap the image)
+    #[arg(long, requires = "url_img")]
+    pub allow_http: bool,
     /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
     #[arg(long)]
     pub disk: Option<PathBuf>,

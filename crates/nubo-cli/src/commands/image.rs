@@ -90,6 +90,21 @@ fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<ImageRecor
     Ok(rec?)
 }
 
+/// For `vm create --url-img URL`: pulls (or finds already verified) the image at `url`.
+pub(crate) fn pull_url(
+    url: &str,
+    checksum: Option<&str>,
+    insecure_no_checksum: bool,
+    allow_http: bool,
+    settings: &Settings,
+) -> anyhow::Result<ImageRecord> {
+    let mut req = pull_request(PullSource::Url(url.to_owned()), settings);
+    req.checksum = checksum.map(str::parse).transpose().context("--checksum")?;
+    req.insecure_no_checksum = insecure_no_checksum;
+    req.allow_http = allow_http;
+    run_pull(&req, settings)
+}
+
 /// For `vm create --image REF`: pulls an official reference that is not in the store yet.
 /// Returns `false` when there is nothing to do (local already, or not a catalog reference).
 pub(crate) fn pull_if_missing(reference: &str, settings: &Settings) -> anyhow::Result<bool> {

@@ -14,7 +14,22 @@ pub fn run(a: &CreateArgs, engine: &Engine, settings: &Settings) -> anyhow::Resu
     let t0 = Instant::now();
     // The name first: nothing, not even a download, happens for a VM that cannot exist.
     nubo_core::VmName::parse(&a.name)?;
-    let req = request(a)?;
+    let mut req = request(a)?;
+    if let Some(url) = &a.url_img {
+        let rec = super::super::image::pull_url(
+            url,
+            a.checksum.as_deref(),
+            a.insecure_no_checksum,
+            a.allow_http,
+            settings,
+        )?;
+        eprintln!(
+            "  pulled {url} as `{}` in {:.1}s",
+            rec.reference,
+            t0.elapsed().as_secs_f64()
+        );
+        req.image = Some(rec.reference);
+    }
     // Everything is checked before anything is downloaded or written, except that an image
     // which is not local yet can only be checked once it is.
     if let Some(image) = &a.image {
@@ -41,7 +56,13 @@ pub fn run(a: &CreateArgs, engine: &Engine, settings: &Settings) -> anyhow::Resu
         created.started.elapsed().as_secs_f64()
     );
     if a.wait {
-        let out = engine.wait(&rec.name, WaitFor::CloudInit, a.boot_timeout, t0, &mut print_event)?;
+        // An appliance has no seed and maybe no cloud-init: ready means its SSH answers.
+        let target = if rec.machine.seed.is_some() {
+            WaitFor::CloudInit
+        } else {
+            WaitFor::Ssh
+        };
+        let out = engine.wait(&rec.name, target, a.boot_timeout, t0, &mut print_event)?;
         if let Some(f) = out.finished {
             eprintln!(
                 "vm `{}` is ready: cloud-init {} finished, datasource {} [seed={}]",
