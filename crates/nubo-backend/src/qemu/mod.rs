@@ -77,6 +77,30 @@ pub fn live_pid(vm: &VmHandle) -> Option<Pid> {
     ours.then(|| Pid::from_raw(pid))
 }
 
+/// Every live process that is this VM's QEMU: the one in the pid file, and any other whose
+/// command line carries `-uuid <uuid>`. The scan finds a QEMU whose `nubo vm create` was
+/// killed before QEMU wrote its pid file; left running, it would hold the pid file's lock.
+fn vm_pids(vm: &VmHandle) -> Vec<Pid> {
+    let mut pids: Vec<Pid> = live_pid(vm).into_iter().collect();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return pids;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let ours = args.windows(2).any(|w| w[0] == b"-uuid" && w[1] == vm.uuid.as_bytes());
+        if ours && !pids.contains(&Pid::from_raw(pid)) {
+            pids.push(Pid::from_raw(pid));
+        }
+    }
+    pids
+}
+
 fn wait_gone(vm: &VmHandle, timeout: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < timeout {
@@ -89,8 +113,9 @@ fn wait_gone(vm: &VmHandle, timeout: Duration) -> bool {
 }
 
 fn kill_now(vm: &VmHandle) -> Result<(), BackendError> {
-    if let Some(pid) = live_pid(vm) {
-        match kill(pid, Signal::SIGKILL) {
+    let pids = vm_pids(vm);
+    for pid in &pids {
+        match kill(*pid, Signal::SIGKILL) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
             Err(e) => {
                 return Err(BackendError::Io {
@@ -99,12 +124,16 @@ fn kill_now(vm: &VmHandle) -> Result<(), BackendError> {
                 })
             }
         }
-        if !wait_gone(vm, Duration::from_secs(10)) {
+    }
+    let start = Instant::now();
+    while !vm_pids(vm).is_empty() {
+        if start.elapsed() > Duration::from_secs(10) {
             return Err(BackendError::Remote {
                 what: format!("VM `{}`", vm.name),
-                detail: format!("QEMU (pid {pid}) survived SIGKILL for 10 s"),
+                detail: format!("QEMU (pids {pids:?}) survived SIGKILL for 10 s"),
             });
         }
+        std::thread::sleep(Duration::from_millis(50));
     }
     Ok(())
 }
