@@ -435,7 +435,6 @@ impl Engine {
         }
         events(Event::Step(plan.backend_reason.clone()));
         let mut undo = Undo {
-            engine: self,
             dir: dir.clone(),
             handle: None,
             backend: None,
@@ -509,8 +508,7 @@ impl Engine {
             },
             console_log: dir.join("console.log"),
         };
-        let (nubo_key_path, nubo_key) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
-        let _ = nubo_key_path;
+        let (_, nubo_key) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
         let mut rec = VmRecord {
             name: name.to_owned(),
             uuid: uuid.clone(),
@@ -706,7 +704,6 @@ pub struct Created {
 /// Undoes a create that failed: stops what was booted and removes the VM directory (overlay,
 /// seed, record). Disarmed once the create succeeds.
 struct Undo<'a> {
-    engine: &'a Engine,
     dir: PathBuf,
     handle: Option<VmHandle>,
     backend: Option<&'a dyn Backend>,
@@ -722,7 +719,6 @@ impl Drop for Undo<'_> {
             let _ = b.destroy(h);
         }
         let _ = fs::remove_dir_all(&self.dir);
-        let _ = self.engine;
     }
 }
 

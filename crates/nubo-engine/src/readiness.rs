@@ -360,6 +360,11 @@ mod tests {
         }
     }
 
+    /// [`wait`] from the start of `log`, ignoring phase reports.
+    fn wait_on(log: &Path, target: WaitFor, timeout: Duration, mut probes: Fake) -> Result<Outcome, String> {
+        wait(log, 0, target, timeout, Instant::now(), &mut probes, &mut |_, _| {})
+    }
+
     fn log_with(lines: &[&str]) -> tempfile::NamedTempFile {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         for l in lines {
@@ -398,17 +403,14 @@ mod tests {
     fn wait_datasource_none_is_failure_with_causes() {
         let log = log_with(&["Cloud-init v. 22.4.2 finished at X. Datasource DataSourceNone.  Up 9.00 seconds\n"]);
 
-        let err = wait(
+        let err = wait_on(
             log.path(),
-            0,
             WaitFor::CloudInit,
             Duration::from_secs(5),
-            Instant::now(),
-            &mut Fake {
+            Fake {
                 alive: true,
                 ssh: false,
             },
-            &mut |_, _| {},
         )
         .unwrap_err();
 
@@ -419,17 +421,14 @@ mod tests {
     fn wait_finished_with_warning_is_failure_listing_it() {
         let log = log_with(&["2026 - cc_runcmd.py[WARNING]: Failed to run module runcmd\n", FINISHED]);
 
-        let err = wait(
+        let err = wait_on(
             log.path(),
-            0,
             WaitFor::CloudInit,
             Duration::from_secs(5),
-            Instant::now(),
-            &mut Fake {
+            Fake {
                 alive: true,
                 ssh: false,
             },
-            &mut |_, _| {},
         )
         .unwrap_err();
 
@@ -443,17 +442,14 @@ mod tests {
     fn wait_timeout_names_last_phase_and_log() {
         let log = log_with(&["Linux version 6.1\n"]);
 
-        let err = wait(
+        let err = wait_on(
             log.path(),
-            0,
             WaitFor::CloudInit,
             Duration::from_millis(300),
-            Instant::now(),
-            &mut Fake {
+            Fake {
                 alive: true,
                 ssh: false,
             },
-            &mut |_, _| {},
         )
         .unwrap_err();
 
@@ -478,17 +474,14 @@ mod tests {
         ]);
         let t = Instant::now();
 
-        let err = wait(
+        let err = wait_on(
             log.path(),
-            0,
             WaitFor::CloudInit,
             Duration::from_secs(30),
-            Instant::now(),
-            &mut Fake {
+            Fake {
                 alive: true,
                 ssh: false,
             },
-            &mut |_, _| {},
         )
         .unwrap_err();
 
@@ -504,17 +497,14 @@ mod tests {
     fn wait_vmm_exit_is_failure() {
         let log = log_with(&[]);
 
-        let err = wait(
+        let err = wait_on(
             log.path(),
-            0,
             WaitFor::CloudInit,
             Duration::from_secs(5),
-            Instant::now(),
-            &mut Fake {
+            Fake {
                 alive: false,
                 ssh: false,
             },
-            &mut |_, _| {},
         )
         .unwrap_err();
 
