@@ -3,6 +3,7 @@
 
 pub mod atomic;
 pub mod error;
+pub mod file;
 pub mod name;
 pub mod roots;
 pub mod size;
@@ -10,6 +11,7 @@ pub mod state;
 
 pub use atomic::{write_atomic, write_atomic_unsynced, write_json_atomic, write_json_atomic_unsynced};
 pub use error::ErrorKind;
+pub use file::FileError;
 pub use name::{NameError, VmName};
 pub use roots::{RootEnv, Roots, RootsError};
 pub use size::{ByteSize, SizeError};
