@@ -2,6 +2,7 @@
 //! write records.
 
 pub mod atomic;
+pub mod duration;
 pub mod error;
 pub mod file;
 pub mod name;
