@@ -1,20 +1,31 @@
 //! The Backend trait every VMM implements, the registry of backends, and selection precedence.
 //!
-//! Backends never read user files or the environment: the engine hands them a fully resolved
-//! [`MachineSpec`]. Each backend is split into `render` (pure) and `driver` (processes, sockets).
+//! Backends never read user files or the environment: the engine hands them a resolved,
+//! backend-neutral [`MachineSpec`]. Everything about *how* a VM runs belongs to its backend:
+//! runtime files (sockets, pid files) and their path limits, firmware lookup, how the network
+//! is realised and where SSH is reached ([`Backend::reach`]), the console
+//! ([`Backend::console`], [`Backend::attach_console`]), the launch description (argv, domain
+//! XML, API JSON), host checks for `nubo doctor`, and its per-VM state, which the engine stores
+//! in the VM's record as an opaque JSON value and hands back on every call ([`VmRef`]).
+//!
+//! Each backend is split into `render` (pure) and `driver` (processes, sockets).
 
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
 pub mod qemu;
 pub mod registry;
 pub mod spec;
-#[cfg(test)]
-mod testing;
 
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nubo_core::{ErrorKind, VmState};
+use serde::{Deserialize, Serialize};
 
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
-pub use spec::{Accel, BootMode, MachineSpec, MachineType, NetworkSpec, SeedDevice, SeedFormat, VmHandle};
+pub use spec::{Boot, Disk, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
 
 /// Every built-in backend. libvirt and cloud-hypervisor join here when they land.
 pub fn builtin_registry() -> Registry {
@@ -38,13 +49,43 @@ pub enum Probe {
     },
 }
 
+/// What a backend can do; the engine refuses a spec needing more in `plan`, before any file
+/// exists.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Capabilities {
     pub snapshot: bool,
     pub pause: bool,
     pub direct_kernel: bool,
     pub efi: bool,
-    pub machines: Vec<MachineType>,
+    pub microvm: bool,
+    /// Networks known by name ([`NetworkMode::Named`]).
+    pub named_networks: bool,
+    /// The per-backend option keys it accepts (`machine`, `accel`, ...).
+    pub options: &'static [&'static str],
+}
+
+/// One host check for `nubo doctor`, from the backend that needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostCheck {
+    pub name: String,
+    pub status: CheckStatus,
+    pub detail: String,
+    /// What fixes it (`install the ovmf package`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+    /// What cannot work while this check fails (`--firmware efi`); `None` = the backend itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckStatus {
+    Ok,
+    /// Works, with a limitation worth knowing (KVM unusable: TCG is slower).
+    Warn,
+    /// Something fails until it is fixed.
+    Broken,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,16 +95,63 @@ pub enum StopMode {
     Force,
 }
 
+/// How the VMM was launched, recorded for `nubo vm inspect` and bug reports, in the backend's
+/// own language.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "value")]
+pub enum Launch {
+    /// A command line (qemu).
+    Argv(Vec<String>),
+    /// A libvirt domain XML document.
+    Xml(String),
+    /// API request bodies (Cloud Hypervisor).
+    Json(serde_json::Value),
+}
+
 /// What a successful boot reports back, to be recorded with the VM.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BootInfo {
-    pub pid: u32,
-    /// The VMM's command line, recorded for `nubo vm inspect` and bug reports.
-    pub argv: Vec<String>,
-    /// The accelerator actually used, after `auto` was resolved.
-    pub accel: Accel,
-    /// Why `auto` chose it (shown by `vm create` and `doctor`).
-    pub accel_reason: String,
+    pub pid: Option<u32>,
+    pub launch: Launch,
+    /// What the user should know about how it was launched (`accelerator: TCG, because ...`).
+    pub notes: Vec<String>,
+}
+
+/// Where and how the guest is reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reach {
+    /// Where an SSH client connects to reach the guest's port 22.
+    pub ssh: Option<SocketAddr>,
+    /// The guest's own addresses, when known or predicted.
+    pub guest_addresses: Vec<String>,
+    /// How the network is realised, in words.
+    pub network: String,
+}
+
+/// The VM as its backend sees it: identity, directories, and the backend's own state (what
+/// [`Backend::prepare`] returned and [`Backend::boot`] updated), stored in the VM's record.
+#[derive(Debug, Clone, Copy)]
+pub struct VmRef<'a> {
+    pub name: &'a str,
+    pub uuid: &'a str,
+    pub vm_dir: &'a Path,
+    pub state: &'a serde_json::Value,
+}
+
+/// The serial console's readable log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConsoleLog {
+    /// This boot's output, growing while the VM runs.
+    pub current: PathBuf,
+    /// The previous boot's output, if kept.
+    pub previous: Option<PathBuf>,
+}
+
+/// An attached, bidirectional console stream (`nubo vm console`).
+pub trait ConsoleStream: Read + Write + Send {
+    /// A second handle for reading while another thread writes.
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn Read + Send>>;
+    fn shutdown(&self);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +159,7 @@ pub enum BackendError {
     #[error("{verb} is unsupported by the {backend} backend: use {alternative}")]
     Unsupported {
         backend: &'static str,
-        verb: &'static str,
+        verb: String,
         alternative: &'static str,
     },
     #[error("the {backend} backend is unavailable: {why}")]
@@ -80,6 +168,12 @@ pub enum BackendError {
     InvalidSpec(String),
     #[error("unknown backend `{name}`: known backends are {known}")]
     UnknownBackend { name: String, known: String },
+    #[error("port {port} on 127.0.0.1 is in use by another program: {fix}")]
+    PortInUse { port: u16, fix: String },
+    #[error("vm `{name}` is already running")]
+    AlreadyRunning { name: String },
+    #[error("backend state of vm `{name}` is unreadable ({detail}): remove the VM with `nubo vm rm --force {name}`")]
+    BadState { name: String, detail: String },
     #[error("{what}")]
     Io {
         what: String,
@@ -99,10 +193,21 @@ impl BackendError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             BackendError::Unsupported { .. } => ErrorKind::Unsupported,
-            BackendError::Unavailable { .. } => ErrorKind::Unavailable,
+            BackendError::Unavailable { .. } | BackendError::PortInUse { .. } => ErrorKind::Unavailable,
             BackendError::InvalidSpec(_) | BackendError::UnknownBackend { .. } => ErrorKind::InvalidInput,
+            BackendError::AlreadyRunning { .. } => ErrorKind::InvalidState,
+            BackendError::BadState { .. } => ErrorKind::Integrity,
             BackendError::Io { .. } => ErrorKind::Io,
             BackendError::Remote { .. } => ErrorKind::Remote,
+        }
+    }
+
+    /// The typed "unsupported" answer for a verb a backend cannot honour.
+    pub fn unsupported(backend: &'static str, verb: impl Into<String>, alternative: &'static str) -> BackendError {
+        BackendError::Unsupported {
+            backend,
+            verb: verb.into(),
+            alternative,
         }
     }
 }
@@ -123,37 +228,40 @@ pub trait Backend: Send + Sync {
         matches!(self.probe(), Probe::Available { .. })
     }
     fn capabilities(&self) -> Capabilities;
-    /// Starts the VM described by `spec`; returns once the VMM is running (not the guest).
-    fn boot(&self, spec: &MachineSpec) -> Result<BootInfo, BackendError>;
-    /// Derived from the VMM itself (process, QMP), never from a record.
-    fn state(&self, vm: &VmHandle) -> Result<VmState, BackendError>;
+    /// Everything this backend needs from the host, for `nubo doctor` (its own probe included).
+    fn host_checks(&self) -> Vec<HostCheck>;
+
+    /// Refuses what this backend cannot run, before anything is made: options it does not
+    /// know, paths its VMM cannot use (AF_UNIX limits), firmware it cannot find. Returns notes
+    /// for the user. Reads nothing but host facts; writes nothing.
+    fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError>;
+    /// Makes the backend's per-VM files (a UEFI variable store, say) and returns its state,
+    /// which the engine records. Called once, at create, after the disk and seed exist.
+    fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError>;
+    /// Starts the VM; returns once the VMM is running (not the guest). May update `state`
+    /// (a re-chosen port), which the engine records.
+    fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError>;
+    /// Derived from the VMM itself (process, QMP, API), never from a record.
+    fn state(&self, vm: &VmRef) -> Result<VmState, BackendError>;
     /// Whether the VMM is up, cheaply enough to ask every few milliseconds while waiting.
-    fn alive(&self, vm: &VmHandle) -> bool {
+    fn alive(&self, vm: &VmRef) -> bool {
         self.state(vm).is_ok_and(|s| s.is_active())
     }
-    fn stop(&self, vm: &VmHandle, mode: StopMode) -> Result<(), BackendError>;
+    fn stop(&self, vm: &VmRef, mode: StopMode) -> Result<(), BackendError>;
     /// Kills the VMM if running and removes its runtime files. Succeeds when already gone.
-    fn destroy(&self, vm: &VmHandle) -> Result<(), BackendError>;
+    fn destroy(&self, vm: &VmRef) -> Result<(), BackendError>;
 
-    fn pause(&self, _vm: &VmHandle) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported {
-            backend: self.id(),
-            verb: "pause",
-            alternative: "the qemu backend",
-        })
+    /// Where SSH reaches the guest and what is known of its addresses.
+    fn reach(&self, vm: &VmRef) -> Result<Reach, BackendError>;
+    /// The console log readiness follows and `nubo vm logs` prints.
+    fn console(&self, vm: &VmRef) -> ConsoleLog;
+    /// Attaches to the running VM's serial console.
+    fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError>;
+
+    fn pause(&self, _vm: &VmRef) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(self.id(), "pause", "the qemu backend"))
     }
-    fn resume(&self, _vm: &VmHandle) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported {
-            backend: self.id(),
-            verb: "resume",
-            alternative: "the qemu backend",
-        })
-    }
-    fn snapshot(&self, _vm: &VmHandle, _name: &str) -> Result<(), BackendError> {
-        Err(BackendError::Unsupported {
-            backend: self.id(),
-            verb: "snapshot",
-            alternative: "the libvirt backend",
-        })
+    fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
     }
 }

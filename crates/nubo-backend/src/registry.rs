@@ -131,25 +131,13 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::FakeBackend;
+    use crate::fake::FakeBackend;
 
     fn reg() -> Registry {
         Registry::new(vec![
-            Box::new(FakeBackend {
-                id: "qemu",
-                aliases: &[],
-                auto: true,
-            }),
-            Box::new(FakeBackend {
-                id: "libvirt",
-                aliases: &[],
-                auto: true,
-            }),
-            Box::new(FakeBackend {
-                id: "cloud-hypervisor",
-                aliases: &["ch"],
-                auto: true,
-            }),
+            Box::new(FakeBackend::new("qemu")),
+            Box::new(FakeBackend::new("libvirt")),
+            Box::new(FakeBackend::new("cloud-hypervisor").with_aliases(&["ch"])),
         ])
     }
 
@@ -284,16 +272,8 @@ mod tests {
     #[should_panic(expected = "registered twice")]
     fn registry_duplicate_alias_panics() {
         Registry::new(vec![
-            Box::new(FakeBackend {
-                id: "qemu",
-                aliases: &["q"],
-                auto: true,
-            }),
-            Box::new(FakeBackend {
-                id: "other",
-                aliases: &["q"],
-                auto: false,
-            }),
+            Box::new(FakeBackend::new("qemu").with_aliases(&["q"])),
+            Box::new(FakeBackend::new("other").with_aliases(&["q"]).auto(false)),
         ]);
     }
 }

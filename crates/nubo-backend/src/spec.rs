@@ -1,43 +1,39 @@
-//! The fully resolved description of a machine that the engine hands a backend.
+//! The resolved, backend-neutral description of a machine that the engine hands a backend.
+//!
+//! It says *what* to run (resources, disks, seed, boot, machine kind, network mode), never *how*:
+//! sockets, pid files, firmware variable stores, forwarded ports and the console's plumbing are
+//! the backend's own, kept in its per-VM state (see [`crate::Backend::prepare`]).
 
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// The kind of machine, in words every backend understands. Backend-specific machine types
+/// (QEMU's `pc`/`q35`) are per-backend options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum MachineType {
-    Pc,
-    Q35,
+pub enum MachineKind {
+    /// A general-purpose PC the backend picks (QEMU `pc`, libvirt `pc`, Cloud Hypervisor's only one).
+    #[default]
+    Default,
+    /// A minimal virtio-only machine that boots a kernel directly.
     Microvm,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// How the guest is networked; each backend realises it its own way.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Accel {
-    /// KVM where a probe shows it runs stock kernels, else TCG (and the reason is said).
+pub enum NetworkMode {
+    /// Outbound access (NAT) plus the SSH endpoint nubo needs.
     #[default]
-    Auto,
-    Kvm,
-    Tcg,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "mode")]
-pub enum BootMode {
-    Bios,
-    /// UEFI: read-only code and the VM's own writable copy of the variable store.
-    Efi {
-        code: PathBuf,
-        vars: PathBuf,
-    },
-    /// Direct-kernel boot.
-    Kernel {
-        kernel: PathBuf,
-        initrd: Option<PathBuf>,
-        cmdline: String,
-    },
+    Forward,
+    /// Nothing but the SSH endpoint: the guest reaches no other address (tests use it).
+    Restricted,
+    /// A network the backend knows by name (a libvirt network).
+    Named(String),
+    /// No network device at all.
+    None,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,45 +49,58 @@ pub struct SeedDevice {
     pub format: SeedFormat,
 }
 
+/// Firmware for a boot through the image's own boot loader.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase", tag = "kind")]
-pub enum NetworkSpec {
-    None,
-    /// QEMU user-mode networking; guest port 22 forwarded from `ssh_forward` (127.0.0.1:port).
-    /// `restrict` cuts the guest off from everything but the forwards (tests use it).
-    User {
-        ssh_forward: Option<SocketAddr>,
-        restrict: bool,
-        mac: String,
+#[serde(rename_all = "lowercase", tag = "kind", content = "path")]
+pub enum Firmware {
+    Bios,
+    /// UEFI from the backend's firmware search.
+    Efi,
+    /// UEFI from this firmware code file.
+    EfiCode(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "mode")]
+pub enum Boot {
+    Firmware { firmware: Firmware },
+    /// Direct-kernel boot.
+    Kernel {
+        kernel: PathBuf,
+        initrd: Option<PathBuf>,
+        cmdline: String,
     },
 }
 
-/// Runtime files a backend keeps for one VM. Paths are chosen by the engine and fit AF_UNIX.
+/// The VM's disk: a writable qcow2 overlay over a read-only base whose format was proven by
+/// nubo's inspector. Backends spell the whole chain out with explicit formats, so the VMM
+/// never probes a format or follows a backing file nubo did not name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VmHandle {
-    pub name: String,
-    /// Identifies the VMM process as this VM's (a reused pid is not mistaken for it).
-    pub uuid: String,
-    pub run_dir: PathBuf,
-    pub qmp_socket: PathBuf,
-    pub serial_socket: PathBuf,
-    pub pid_file: PathBuf,
+pub struct Disk {
+    pub overlay: PathBuf,
+    pub base: PathBuf,
+    /// The base's QEMU block driver (`qcow2`, `raw`, `vmdk`).
+    pub base_format: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineSpec {
-    pub handle: VmHandle,
+    pub name: String,
+    /// Identifies the VM to the VMM and the guest (SMBIOS UUID, cloud-init instance-id).
     pub uuid: String,
+    /// The VM's persistent directory (owned by the engine; a backend may keep files in it).
+    pub vm_dir: PathBuf,
+    /// The VM's runtime directory; what goes in it is the backend's choice.
+    pub run_dir: PathBuf,
     pub vcpus: u32,
     pub memory_mib: u64,
-    /// The VM's writable disk (a qcow2 overlay over the verified base).
-    pub disk: PathBuf,
-    pub disk_format: String,
+    pub disk: Disk,
     pub seed: Option<SeedDevice>,
-    pub boot: BootMode,
-    pub machine: MachineType,
-    pub accel: Accel,
-    pub network: NetworkSpec,
-    /// Where the serial console's output is kept (bounded by the engine).
-    pub console_log: PathBuf,
+    pub boot: Boot,
+    pub machine: MachineKind,
+    pub network: NetworkMode,
+    /// This backend's own options from the spec's per-backend overrides (validated by
+    /// [`crate::Backend::check`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, String>,
 }

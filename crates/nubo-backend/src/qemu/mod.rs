@@ -1,11 +1,20 @@
 //! The daemonless QEMU backend: QEMU started with `-daemonize` and driven over QMP.
+//!
+//! It owns every QEMU detail the engine used to know: the runtime files in the VM's run
+//! directory ([`state::QemuState`]), the AF_UNIX path limit, OVMF lookup and the VM's copy of
+//! the variable store, user-mode networking with SSH forwarded from a free port on 127.0.0.1
+//! (re-picked when another program took it), the serial console QEMU logs to a file, and the
+//! accelerator policy.
 
+pub mod options;
 pub mod probe;
 pub mod qmp;
 pub mod render;
+pub mod state;
 
 use std::fs;
 use std::io::BufReader;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -16,12 +25,23 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use nubo_core::VmState;
 
-use crate::spec::{Accel, MachineSpec, MachineType};
-use crate::{Backend, BackendError, BootInfo, Capabilities, Probe, StopMode, VmHandle};
+use self::options::{Accel, Machine};
+use self::state::{check_socket_path, QemuState};
+use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
+use crate::{
+    Backend, BackendError, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, HostCheck, Launch, Probe,
+    Reach, StopMode, VmRef,
+};
 
 pub const BINARY: &str = "qemu-system-x86_64";
 /// How long a QMP exchange may take before the VMM counts as unresponsive.
 const QMP_TIMEOUT: Duration = Duration::from_secs(5);
+/// What QEMU says when the SSH forward's port was taken between nubo's check and its bind.
+const HOSTFWD_FAILED: &str = "host forwarding rule";
+/// Boot attempts when the forwarded port is taken by another program in the meantime.
+const PORT_ATTEMPTS: u32 = 3;
+/// User-mode networking always gives the guest this address.
+pub const USER_NET_GUEST_ADDR: &str = "10.0.2.15";
 
 pub struct QemuBackend {
     pub binary: String,
@@ -45,9 +65,9 @@ impl QemuBackend {
         probe::probe_kvm(&self.sys_module, &self.dev_kvm)
     }
 
-    fn qmp(&self, vm: &VmHandle) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
-        let what = || format!("QMP socket {} of VM `{}`", vm.qmp_socket.display(), vm.name);
-        let s = UnixStream::connect(&vm.qmp_socket).map_err(BackendError::io(what()))?;
+    fn qmp(&self, name: &str, st: &QemuState) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
+        let what = || format!("QMP socket {} of VM `{name}`", st.qmp_socket.display());
+        let s = UnixStream::connect(&st.qmp_socket).map_err(BackendError::io(what()))?;
         s.set_read_timeout(Some(QMP_TIMEOUT))
             .map_err(BackendError::io(what()))?;
         s.set_write_timeout(Some(QMP_TIMEOUT))
@@ -59,29 +79,65 @@ impl QemuBackend {
         })
     }
 
-    fn command(&self, vm: &VmHandle, cmd: &str) -> Result<(), BackendError> {
-        let mut q = self.qmp(vm)?;
+    fn command(&self, vm: &VmRef, cmd: &str) -> Result<(), BackendError> {
+        let st = QemuState::of(vm)?;
+        let mut q = self.qmp(vm.name, &st)?;
         q.execute(cmd, None).map(|_| ()).map_err(|e| BackendError::Remote {
             what: format!("VM `{}`", vm.name),
             detail: e.to_string(),
         })
     }
+
+    /// Runs QEMU once; `Ok(None)` when the SSH forward's port was taken meanwhile.
+    fn launch(&self, argv: &[String], spec: &MachineSpec, st: &QemuState) -> Result<Option<Pid>, BackendError> {
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => BackendError::Unavailable {
+                    backend: "qemu",
+                    why: format!("`{}` is not installed: install the qemu-system-x86 package", self.binary),
+                },
+                _ => BackendError::Io {
+                    what: format!("starting {}", self.binary),
+                    source: e,
+                },
+            })?;
+        if !out.status.success() {
+            let _ = remove_runtime_files(st);
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+            if stderr.contains(HOSTFWD_FAILED) {
+                return Ok(None);
+            }
+            return Err(BackendError::Remote {
+                what: format!("QEMU refused to start VM `{}`", spec.name),
+                detail: nubo_core::file::escape_control(&stderr),
+            });
+        }
+        live_pid(&st.pid_file, &spec.uuid)
+            .map(Some)
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("VM `{}`", spec.name),
+                detail: format!("QEMU exited right after starting; see {}", st.console_log.display()),
+            })
+    }
 }
 
-/// The VMM process of `vm`, if it is alive and really this VM's (its command line carries the
+/// The VMM process of a VM, if it is alive and really this VM's (its command line carries the
 /// VM's UUID, so a pid reused by another process after a crash is not mistaken for it).
-pub fn live_pid(vm: &VmHandle) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(&vm.pid_file).ok()?.trim().parse().ok()?;
+pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
+    let pid: i32 = fs::read_to_string(pid_file).ok()?.trim().parse().ok()?;
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let ours = cmdline.split(|b| *b == 0).any(|arg| arg == vm.uuid.as_bytes());
+    let ours = cmdline.split(|b| *b == 0).any(|arg| arg == uuid.as_bytes());
     ours.then(|| Pid::from_raw(pid))
 }
 
 /// Every live process that is this VM's QEMU: the one in the pid file, and any other whose
 /// command line carries `-uuid <uuid>`. The scan finds a QEMU whose `nubo vm create` was
 /// killed before QEMU wrote its pid file; left running, it would hold the pid file's lock.
-fn vm_pids(vm: &VmHandle) -> Vec<Pid> {
-    let mut pids: Vec<Pid> = live_pid(vm).into_iter().collect();
+fn vm_pids(st: &QemuState, uuid: &str) -> Vec<Pid> {
+    let mut pids: Vec<Pid> = live_pid(&st.pid_file, uuid).into_iter().collect();
     let Ok(entries) = fs::read_dir("/proc") else {
         return pids;
     };
@@ -93,7 +149,7 @@ fn vm_pids(vm: &VmHandle) -> Vec<Pid> {
             continue;
         };
         let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let ours = args.windows(2).any(|w| w[0] == b"-uuid" && w[1] == vm.uuid.as_bytes());
+        let ours = args.windows(2).any(|w| w[0] == b"-uuid" && w[1] == uuid.as_bytes());
         if ours && !pids.contains(&Pid::from_raw(pid)) {
             pids.push(Pid::from_raw(pid));
         }
@@ -101,35 +157,35 @@ fn vm_pids(vm: &VmHandle) -> Vec<Pid> {
     pids
 }
 
-fn wait_gone(vm: &VmHandle, timeout: Duration) -> bool {
+fn wait_gone(st: &QemuState, uuid: &str, timeout: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if live_pid(vm).is_none() {
+        if live_pid(&st.pid_file, uuid).is_none() {
             return true;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    live_pid(vm).is_none()
+    live_pid(&st.pid_file, uuid).is_none()
 }
 
-fn kill_now(vm: &VmHandle) -> Result<(), BackendError> {
-    let pids = vm_pids(vm);
+fn kill_now(name: &str, st: &QemuState, uuid: &str) -> Result<(), BackendError> {
+    let pids = vm_pids(st, uuid);
     for pid in &pids {
         match kill(*pid, Signal::SIGKILL) {
             Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
             Err(e) => {
                 return Err(BackendError::Io {
-                    what: format!("killing QEMU (pid {pid}) of VM `{}`", vm.name),
+                    what: format!("killing QEMU (pid {pid}) of VM `{name}`"),
                     source: e.into(),
                 })
             }
         }
     }
     let start = Instant::now();
-    while !vm_pids(vm).is_empty() {
+    while !vm_pids(st, uuid).is_empty() {
         if start.elapsed() > Duration::from_secs(10) {
             return Err(BackendError::Remote {
-                what: format!("VM `{}`", vm.name),
+                what: format!("VM `{name}`"),
                 detail: format!("QEMU (pids {pids:?}) survived SIGKILL for 10 s"),
             });
         }
@@ -138,8 +194,8 @@ fn kill_now(vm: &VmHandle) -> Result<(), BackendError> {
     Ok(())
 }
 
-fn remove_runtime_files(vm: &VmHandle) -> Result<(), BackendError> {
-    for p in [&vm.qmp_socket, &vm.serial_socket, &vm.pid_file] {
+fn remove_runtime_files(st: &QemuState) -> Result<(), BackendError> {
+    for p in [&st.qmp_socket, &st.serial_socket, &st.pid_file] {
         match fs::remove_file(p) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(BackendError::Io {
@@ -153,17 +209,27 @@ fn remove_runtime_files(vm: &VmHandle) -> Result<(), BackendError> {
     Ok(())
 }
 
-/// AF_UNIX `sun_path` holds 107 bytes plus NUL: refuse up front, naming the path.
-pub fn check_socket_path(p: &Path) -> Result<(), BackendError> {
-    let len = p.as_os_str().len();
-    if len > nubo_core::roots::MAX_SOCKET_PATH {
-        return Err(BackendError::InvalidSpec(format!(
-            "socket path {} is {len} bytes, more than the {} a unix socket allows: set NUBO_RUN_DIR to a shorter directory",
-            p.display(),
-            nubo_core::roots::MAX_SOCKET_PATH
-        )));
+/// The console log is bounded per boot: each start moves the previous boot's log to
+/// `console.log.1` (replacing the one before), so at most two boots are kept.
+fn rotate_console(log: &Path) -> std::io::Result<()> {
+    match fs::rename(log, previous_log(log)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+fn previous_log(log: &Path) -> PathBuf {
+    log.with_extension("log.1")
+}
+
+fn free_port() -> Result<u16, BackendError> {
+    let what = "finding a free port on 127.0.0.1";
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackendError::io(what))?;
+    Ok(l.local_addr().map_err(BackendError::io(what))?.port())
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
 impl Backend for QemuBackend {
@@ -212,74 +278,134 @@ impl Backend for QemuBackend {
             pause: true,
             direct_kernel: true,
             efi: probe::find_ovmf().is_some(),
-            machines: vec![MachineType::Pc, MachineType::Q35, MachineType::Microvm],
+            microvm: true,
+            named_networks: false,
+            options: options::KEYS,
         }
     }
 
-    fn boot(&self, spec: &MachineSpec) -> Result<BootInfo, BackendError> {
-        let h = &spec.handle;
-        for p in [&h.qmp_socket, &h.serial_socket] {
+    fn host_checks(&self) -> Vec<HostCheck> {
+        host_checks(self)
+    }
+
+    fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
+        let o = options::parse(spec.machine, &spec.options)?;
+        let st = QemuState::layout(spec);
+        for p in st.sockets() {
             check_socket_path(p)?;
         }
-        if live_pid(h).is_some() {
-            return Err(BackendError::InvalidSpec(format!("VM `{}` is already running", h.name)));
+        match &spec.boot {
+            Boot::Firmware { .. } if o.machine == Machine::Microvm => {
+                return Err(BackendError::InvalidSpec(
+                    "the microvm machine has no firmware and boots only a kernel: give --kernel (or use an image that records one)".into(),
+                ))
+            }
+            Boot::Firmware {
+                firmware: Firmware::Efi | Firmware::EfiCode(_),
+            } if probe::find_ovmf().is_none() => return Err(render::ovmf_missing()),
+            Boot::Firmware {
+                firmware: Firmware::Bios,
+            } if !Path::new(probe::SEABIOS).is_file() => {
+                return Err(BackendError::Unavailable {
+                    backend: "qemu",
+                    why: format!("BIOS boot needs SeaBIOS ({}): install the seabios package, or boot the image's kernel directly", probe::SEABIOS),
+                })
+            }
+            _ => {}
+        }
+        if let NetworkMode::Named(n) = &spec.network {
+            return Err(BackendError::unsupported(
+                "qemu",
+                format!("network `{n}`"),
+                "the libvirt backend for named networks, or network forward|restricted",
+            ));
+        }
+        if o.accel == Accel::Kvm {
+            probe::resolve_accel(Accel::Kvm, &self.kvm())?;
+        }
+        Ok(Vec::new())
+    }
+
+    fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
+        let mut st = QemuState::layout(spec);
+        if let Boot::Firmware {
+            firmware: Firmware::Efi | Firmware::EfiCode(_),
+        } = &spec.boot
+        {
+            let o = probe::find_ovmf().ok_or_else(render::ovmf_missing)?;
+            let vars = spec.vm_dir.join("efivars.fd");
+            fs::copy(&o.vars, &vars).map_err(BackendError::io(format!(
+                "copying the UEFI variable store {} to {}",
+                o.vars.display(),
+                vars.display()
+            )))?;
+            st.efi_vars = Some(vars);
+        }
+        Ok(st.to_value())
+    }
+
+    fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError> {
+        let mut st = QemuState::from_value(&spec.name, state)?;
+        for p in st.sockets() {
+            check_socket_path(p)?;
+        }
+        if live_pid(&st.pid_file, &spec.uuid).is_some() {
+            return Err(BackendError::AlreadyRunning {
+                name: spec.name.clone(),
+            });
         }
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
-            .create(&h.run_dir)
-            .map_err(BackendError::io(format!("creating {}", h.run_dir.display())))?;
-        remove_runtime_files(h)?;
-        let (accel, accel_reason) = probe::resolve_accel(spec.accel, &self.kvm())?;
-        let tsc_khz = (spec.machine == MachineType::Microvm && accel == Accel::Tcg)
+            .create(&st.run_dir)
+            .map_err(BackendError::io(format!("creating {}", st.run_dir.display())))?;
+        remove_runtime_files(&st)?;
+        rotate_console(&st.console_log).map_err(BackendError::io(format!(
+            "rotating the console log {}",
+            st.console_log.display()
+        )))?;
+        let o = options::parse(spec.machine, &spec.options)?;
+        let (accel, accel_reason) = probe::resolve_accel(o.accel, &self.kvm())?;
+        let opts = options::QemuOptions { accel, ..o };
+        let tsc_khz = (opts.machine == Machine::Microvm && accel == Accel::Tcg)
             .then(probe::host_tsc_khz)
             .flatten();
-        let argv = render::argv(&self.binary, spec, accel, tsc_khz)?;
-        let out = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => BackendError::Unavailable {
-                    backend: "qemu",
-                    why: format!(
-                        "`{}` is not installed: install the qemu-system-x86 package",
-                        self.binary
-                    ),
-                },
-                _ => BackendError::Io {
-                    what: format!("starting {}", self.binary),
-                    source: e,
-                },
-            })?;
-        if !out.status.success() {
-            let _ = remove_runtime_files(h);
-            return Err(BackendError::Remote {
-                what: format!("QEMU refused to start VM `{}`", h.name),
-                detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
+        let networked = spec.network != NetworkMode::None;
+        for attempt in 1..=PORT_ATTEMPTS {
+            if networked && st.ssh_port.is_none_or(|p| !port_free(p)) {
+                st.ssh_port = Some(free_port()?);
+            }
+            let argv = render::argv(&self.binary, spec, &st, opts, tsc_khz)?;
+            match self.launch(&argv, spec, &st)? {
+                Some(pid) => {
+                    *state = st.to_value();
+                    return Ok(BootInfo {
+                        pid: Some(pid.as_raw() as u32),
+                        launch: Launch::Argv(argv),
+                        notes: vec![format!("accelerator: {accel_reason}")],
+                    });
+                }
+                // Another program took the port between our check and QEMU's bind.
+                None if attempt < PORT_ATTEMPTS => st.ssh_port = None,
+                None => {}
+            }
         }
-        let pid = live_pid(h).ok_or_else(|| BackendError::Remote {
-            what: format!("VM `{}`", h.name),
-            detail: format!("QEMU exited right after starting; see {}", spec.console_log.display()),
-        })?;
-        Ok(BootInfo {
-            pid: pid.as_raw() as u32,
-            argv,
-            accel,
-            accel_reason,
+        Err(BackendError::PortInUse {
+            port: st.ssh_port.unwrap_or_default(),
+            fix: format!("{PORT_ATTEMPTS} free ports were taken before QEMU could bind them; retry the command"),
         })
     }
 
-    fn state(&self, vm: &VmHandle) -> Result<VmState, BackendError> {
-        if live_pid(vm).is_none() {
+    fn state(&self, vm: &VmRef) -> Result<VmState, BackendError> {
+        let st = QemuState::of(vm)?;
+        if live_pid(&st.pid_file, vm.uuid).is_none() {
             return Ok(VmState::Stopped);
         }
         // A live process whose QMP does not answer is still a running VMM (busy, or wedged);
         // `stop --force` deals with it.
-        let status = self.qmp(vm).and_then(|mut q| {
+        let status = self.qmp(vm.name, &st).and_then(|mut q| {
             q.status().map_err(|e| BackendError::Remote {
-                what: vm.name.clone(),
+                what: vm.name.to_owned(),
                 detail: e.to_string(),
             })
         });
@@ -289,38 +415,183 @@ impl Backend for QemuBackend {
         })
     }
 
-    fn alive(&self, vm: &VmHandle) -> bool {
-        live_pid(vm).is_some()
+    fn alive(&self, vm: &VmRef) -> bool {
+        QemuState::of(vm).is_ok_and(|st| live_pid(&st.pid_file, vm.uuid).is_some())
     }
 
-    fn stop(&self, vm: &VmHandle, mode: StopMode) -> Result<(), BackendError> {
+    fn stop(&self, vm: &VmRef, mode: StopMode) -> Result<(), BackendError> {
+        let st = QemuState::of(vm)?;
         if let StopMode::Graceful(timeout) = mode {
-            if live_pid(vm).is_some() && self.command(vm, "system_powerdown").is_ok() && wait_gone(vm, timeout) {
-                return remove_runtime_files(vm);
+            if live_pid(&st.pid_file, vm.uuid).is_some()
+                && self.command(vm, "system_powerdown").is_ok()
+                && wait_gone(&st, vm.uuid, timeout)
+            {
+                return remove_runtime_files(&st);
             }
         }
-        kill_now(vm)?;
-        remove_runtime_files(vm)
+        kill_now(vm.name, &st, vm.uuid)?;
+        remove_runtime_files(&st)
     }
 
-    fn destroy(&self, vm: &VmHandle) -> Result<(), BackendError> {
-        kill_now(vm)?;
-        match fs::remove_dir_all(&vm.run_dir) {
+    fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
+        // A record whose state is unreadable still has a VMM to find: by its -uuid.
+        let st = QemuState::of(vm).unwrap_or_else(|_| QemuState {
+            run_dir: PathBuf::new(),
+            qmp_socket: PathBuf::new(),
+            serial_socket: PathBuf::new(),
+            pid_file: PathBuf::new(),
+            console_log: PathBuf::new(),
+            efi_vars: None,
+            ssh_port: None,
+        });
+        kill_now(vm.name, &st, vm.uuid)?;
+        if st.run_dir.as_os_str().is_empty() {
+            return Ok(());
+        }
+        match fs::remove_dir_all(&st.run_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BackendError::Io {
-                what: format!("removing {}", vm.run_dir.display()),
+                what: format!("removing {}", st.run_dir.display()),
                 source: e,
             }),
             _ => Ok(()),
         }
     }
 
-    fn pause(&self, vm: &VmHandle) -> Result<(), BackendError> {
+    fn reach(&self, vm: &VmRef) -> Result<Reach, BackendError> {
+        let st = QemuState::of(vm)?;
+        Ok(Reach {
+            ssh: st.ssh_port.map(|p| SocketAddr::from((Ipv4Addr::LOCALHOST, p))),
+            guest_addresses: if st.ssh_port.is_some() {
+                vec![USER_NET_GUEST_ADDR.to_owned()]
+            } else {
+                Vec::new()
+            },
+            network: "QEMU user-mode networking: the guest is reached through forwards on 127.0.0.1".into(),
+        })
+    }
+
+    fn console(&self, vm: &VmRef) -> ConsoleLog {
+        let current = QemuState::of(vm)
+            .map(|s| s.console_log)
+            .unwrap_or_else(|_| vm.vm_dir.join("console.log"));
+        ConsoleLog {
+            previous: Some(previous_log(&current)),
+            current,
+        }
+    }
+
+    fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        let st = QemuState::of(vm)?;
+        let s = UnixStream::connect(&st.serial_socket).map_err(BackendError::io(format!(
+            "connecting to the serial console {}",
+            st.serial_socket.display()
+        )))?;
+        Ok(Box::new(SocketConsole(s)))
+    }
+
+    fn pause(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.command(vm, "stop")
     }
 
-    fn resume(&self, vm: &VmHandle) -> Result<(), BackendError> {
+    fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.command(vm, "cont")
     }
+}
+
+/// A console on a Unix socket (QEMU's serial chardev).
+pub struct SocketConsole(pub UnixStream);
+
+impl std::io::Read for SocketConsole {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl std::io::Write for SocketConsole {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl ConsoleStream for SocketConsole {
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        Ok(Box::new(self.0.try_clone()?))
+    }
+    fn shutdown(&self) {
+        let _ = self.0.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// What QEMU needs from the host, for `nubo doctor`: the binary, KVM and the accelerator
+/// `auto` picks, SeaBIOS (BIOS boots only) and OVMF (UEFI boots only).
+fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
+    let mut out = Vec::new();
+    out.push(match b.probe() {
+        Probe::Available { version } => HostCheck {
+            name: "backend qemu".into(),
+            status: CheckStatus::Ok,
+            detail: format!("{} {version}", b.binary),
+            fix: None,
+            blocks: None,
+        },
+        Probe::Missing { what, package } => HostCheck {
+            name: "backend qemu".into(),
+            status: CheckStatus::Broken,
+            detail: format!("{what} is not installed"),
+            fix: Some(format!("install {package}")),
+            blocks: None,
+        },
+        Probe::Broken { error } => HostCheck {
+            name: "backend qemu".into(),
+            status: CheckStatus::Broken,
+            detail: error,
+            fix: Some("reinstall qemu-system-x86".into()),
+            blocks: None,
+        },
+    });
+    let kvm = b.kvm();
+    let (_, reason) = probe::resolve_accel(Accel::Auto, &kvm).expect("auto always resolves");
+    out.push(HostCheck {
+        name: "qemu accelerator".into(),
+        status: if kvm == probe::KvmStatus::Usable {
+            CheckStatus::Ok
+        } else {
+            CheckStatus::Warn
+        },
+        detail: format!("--accel auto picks {reason}"),
+        fix: (kvm != probe::KvmStatus::Usable).then(|| kvm.describe()),
+        blocks: None,
+    });
+    let seabios = Path::new(probe::SEABIOS).is_file();
+    out.push(HostCheck {
+        name: "seabios".into(),
+        status: if seabios { CheckStatus::Ok } else { CheckStatus::Broken },
+        detail: if seabios {
+            probe::SEABIOS.into()
+        } else {
+            format!("{} is missing", probe::SEABIOS)
+        },
+        fix: (!seabios).then(|| "install seabios".into()),
+        blocks: (!seabios).then(|| "qemu BIOS boots (--firmware bios, images without a recorded kernel)".into()),
+    });
+    let ovmf = probe::find_ovmf();
+    out.push(HostCheck {
+        name: "ovmf".into(),
+        status: if ovmf.is_some() {
+            CheckStatus::Ok
+        } else {
+            CheckStatus::Broken
+        },
+        detail: ovmf.map_or_else(|| "no OVMF firmware found".into(), |o| o.code.display().to_string()),
+        fix: probe::find_ovmf().is_none().then(|| "install ovmf".into()),
+        blocks: probe::find_ovmf()
+            .is_none()
+            .then(|| "qemu UEFI boots (--firmware efi)".into()),
+    });
+    out
 }
 
 /// The accelerator `auto` resolves to on this host, with the reason (for `nubo doctor`).

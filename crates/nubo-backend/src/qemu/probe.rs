@@ -5,7 +5,7 @@ use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::spec::Accel;
+use super::options::Accel;
 use crate::BackendError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,0 +1,179 @@
+//! An in-memory backend for tests of the engine (feature `fake`): no processes, no files of
+//! its own. It keeps each VM's state in memory, records every call, can be told to fail a
+//! boot, and advertises whatever capabilities a test gives it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use nubo_core::VmState;
+
+use crate::{
+    Backend, BackendError, BootInfo, Capabilities, ConsoleLog, ConsoleStream, HostCheck, Launch, MachineSpec, Probe,
+    Reach, StopMode, VmRef,
+};
+
+pub struct FakeBackend {
+    pub id: &'static str,
+    pub aliases: &'static [&'static str],
+    pub auto: bool,
+    pub caps: Capabilities,
+    /// When set, `boot` fails with this detail.
+    pub fail_boot: Mutex<Option<String>>,
+    /// State by VM UUID.
+    pub vms: Mutex<HashMap<String, VmState>>,
+    /// `verb name` for every call that acts on a VM, in order.
+    pub calls: Mutex<Vec<String>>,
+}
+
+impl FakeBackend {
+    pub fn new(id: &'static str) -> FakeBackend {
+        FakeBackend {
+            id,
+            aliases: &[],
+            auto: true,
+            caps: Capabilities {
+                pause: true,
+                direct_kernel: true,
+                efi: true,
+                ..Capabilities::default()
+            },
+            fail_boot: Mutex::new(None),
+            vms: Mutex::new(HashMap::new()),
+            calls: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn with_aliases(mut self, aliases: &'static [&'static str]) -> FakeBackend {
+        self.aliases = aliases;
+        self
+    }
+
+    pub fn auto(mut self, auto: bool) -> FakeBackend {
+        self.auto = auto;
+        self
+    }
+
+    pub fn with_caps(mut self, caps: Capabilities) -> FakeBackend {
+        self.caps = caps;
+        self
+    }
+
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.lock().expect("not poisoned").clone()
+    }
+
+    /// Makes a running VM's VMM vanish, as a crash or `kill -9` would.
+    pub fn crash(&self, uuid: &str) {
+        self.vms.lock().expect("not poisoned").insert(uuid.to_owned(), VmState::Stopped);
+    }
+
+    fn note(&self, verb: &str, name: &str) {
+        self.calls.lock().expect("not poisoned").push(format!("{verb} {name}"));
+    }
+
+    fn get(&self, uuid: &str) -> VmState {
+        self.vms
+            .lock()
+            .expect("not poisoned")
+            .get(uuid)
+            .copied()
+            .unwrap_or(VmState::Stopped)
+    }
+
+    fn set(&self, uuid: &str, s: VmState) {
+        self.vms.lock().expect("not poisoned").insert(uuid.to_owned(), s);
+    }
+}
+
+impl Backend for FakeBackend {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn aliases(&self) -> &'static [&'static str] {
+        self.aliases
+    }
+    fn auto_selectable(&self) -> bool {
+        self.auto
+    }
+    fn probe(&self) -> Probe {
+        Probe::Available { version: "fake".into() }
+    }
+    fn installed(&self) -> bool {
+        true
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.caps.clone()
+    }
+    fn host_checks(&self) -> Vec<HostCheck> {
+        Vec::new()
+    }
+    fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
+        if let Some(k) = spec.options.keys().find(|k| !self.caps.options.contains(&k.as_str())) {
+            return Err(BackendError::InvalidSpec(format!("{} option `{k}` is unknown", self.id)));
+        }
+        Ok(Vec::new())
+    }
+    fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
+        self.note("prepare", &spec.name);
+        Ok(serde_json::json!({ "boots": 0 }))
+    }
+    fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError> {
+        self.note("boot", &spec.name);
+        if let Some(detail) = self.fail_boot.lock().expect("not poisoned").clone() {
+            return Err(BackendError::Remote {
+                what: format!("fake refused to start VM `{}`", spec.name),
+                detail,
+            });
+        }
+        if self.get(&spec.uuid).is_active() {
+            return Err(BackendError::AlreadyRunning {
+                name: spec.name.clone(),
+            });
+        }
+        self.set(&spec.uuid, VmState::Running);
+        let boots = state["boots"].as_u64().unwrap_or(0) + 1;
+        state["boots"] = boots.into();
+        Ok(BootInfo {
+            pid: None,
+            launch: Launch::Argv(vec!["fake".into(), spec.name.clone()]),
+            notes: Vec::new(),
+        })
+    }
+    fn state(&self, vm: &VmRef) -> Result<VmState, BackendError> {
+        Ok(self.get(vm.uuid))
+    }
+    fn stop(&self, vm: &VmRef, _mode: StopMode) -> Result<(), BackendError> {
+        self.note("stop", vm.name);
+        self.set(vm.uuid, VmState::Stopped);
+        Ok(())
+    }
+    fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
+        self.note("destroy", vm.name);
+        self.vms.lock().expect("not poisoned").remove(vm.uuid);
+        Ok(())
+    }
+    fn reach(&self, _vm: &VmRef) -> Result<Reach, BackendError> {
+        Ok(Reach {
+            ssh: None,
+            guest_addresses: Vec::new(),
+            network: "fake".into(),
+        })
+    }
+    fn console(&self, vm: &VmRef) -> ConsoleLog {
+        ConsoleLog {
+            current: vm.vm_dir.join("console.log"),
+            previous: None,
+        }
+    }
+    fn attach_console(&self, _vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        Err(BackendError::unsupported(self.id, "console", "the qemu backend"))
+    }
+    fn pause(&self, vm: &VmRef) -> Result<(), BackendError> {
+        self.set(vm.uuid, VmState::Paused);
+        Ok(())
+    }
+    fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {
+        self.set(vm.uuid, VmState::Running);
+        Ok(())
+    }
+}
