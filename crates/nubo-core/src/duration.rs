@@ -84,7 +84,10 @@ mod tests {
         let err = parse_duration("25h", MIN, MAX).unwrap_err();
 
         let msg = err.to_string();
-        assert!(msg.contains("1s") && msg.contains("1day") && msg.contains("`25h`"), "{msg}");
+        assert!(
+            msg.contains("1s") && msg.contains("1day") && msg.contains("`25h`"),
+            "{msg}"
+        );
     }
 
     #[test]
