@@ -3,7 +3,7 @@
 //! boot, and advertises whatever capabilities a test gives it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use nubo_core::VmState;
 
@@ -12,17 +12,20 @@ use crate::{
     Reach, StopMode, VmRef,
 };
 
+/// Clones share their VMs, calls and failure switch, so a test keeps one to look inside the
+/// one it gave the registry.
+#[derive(Clone)]
 pub struct FakeBackend {
     pub id: &'static str,
     pub aliases: &'static [&'static str],
     pub auto: bool,
     pub caps: Capabilities,
     /// When set, `boot` fails with this detail.
-    pub fail_boot: Mutex<Option<String>>,
+    pub fail_boot: Arc<Mutex<Option<String>>>,
     /// State by VM UUID.
-    pub vms: Mutex<HashMap<String, VmState>>,
+    pub vms: Arc<Mutex<HashMap<String, VmState>>>,
     /// `verb name` for every call that acts on a VM, in order.
-    pub calls: Mutex<Vec<String>>,
+    pub calls: Arc<Mutex<Vec<String>>>,
 }
 
 impl FakeBackend {
@@ -37,9 +40,9 @@ impl FakeBackend {
                 efi: true,
                 ..Capabilities::default()
             },
-            fail_boot: Mutex::new(None),
-            vms: Mutex::new(HashMap::new()),
-            calls: Mutex::new(Vec::new()),
+            fail_boot: Arc::new(Mutex::new(None)),
+            vms: Arc::new(Mutex::new(HashMap::new())),
+            calls: Arc::new(Mutex::new(Vec::new())),
         }
     }
 

@@ -12,8 +12,9 @@ pub enum EngineError {
     Busy { name: String, holder: String },
     #[error("vm `{name}` is {state}: {fix}")]
     InvalidState { name: String, state: String, fix: String },
-    #[error("{0}")]
-    InvalidInput(String),
+    /// The spec is invalid; each problem names its field path.
+    #[error(transparent)]
+    Spec(#[from] nubo_spec::SpecErrors),
     #[error("vm `{name}`: {what}")]
     Io {
         name: String,
@@ -21,11 +22,17 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
-    #[error("vm record {} is corrupt: fix or remove it (`nubo vm rm --force`)", path.display())]
-    Corrupt {
-        path: PathBuf,
+    #[error("vm record {} is corrupt ({detail}): remove the VM with `nubo vm rm --force` (its record cannot be trusted)", path.display())]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("nubo's settings file {} is corrupt ({detail}): delete it (it only holds the default backend) or fix its JSON", path.display())]
+    CorruptSettings { path: PathBuf, detail: String },
+    #[error("{what} is not possible here: {fix}")]
+    Unavailable { what: String, fix: String },
+    #[error("pulling {what}")]
+    Pull {
+        what: String,
         #[source]
-        source: serde_json::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     #[error(transparent)]
     Name(#[from] nubo_core::NameError),
@@ -37,8 +44,8 @@ pub enum EngineError {
     Seed(#[from] nubo_seed::SeedError),
     #[error(transparent)]
     Backend(#[from] nubo_backend::BackendError),
-    #[error("{0}")]
-    Readiness(String),
+    #[error(transparent)]
+    Readiness(#[from] crate::readiness::ReadinessError),
 }
 
 impl EngineError {
@@ -47,9 +54,11 @@ impl EngineError {
             EngineError::NotFound(_) => ErrorKind::NotFound,
             EngineError::Conflict { .. } => ErrorKind::AlreadyExists,
             EngineError::Busy { .. } | EngineError::InvalidState { .. } => ErrorKind::InvalidState,
-            EngineError::InvalidInput(_) | EngineError::Name(_) => ErrorKind::InvalidInput,
+            EngineError::Spec(_) | EngineError::Name(_) => ErrorKind::InvalidInput,
             EngineError::Io { .. } => ErrorKind::Io,
-            EngineError::Corrupt { .. } => ErrorKind::Integrity,
+            EngineError::Corrupt { .. } | EngineError::CorruptSettings { .. } => ErrorKind::Integrity,
+            EngineError::Unavailable { .. } => ErrorKind::Unavailable,
+            EngineError::Pull { .. } => ErrorKind::Remote,
             EngineError::Image(e) => e.kind(),
             EngineError::Disk(e) => e.kind(),
             EngineError::Seed(e) => e.kind(),
@@ -61,5 +70,19 @@ impl EngineError {
     pub fn io(name: &str, what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EngineError {
         let (name, what) = (name.to_owned(), what.into());
         move |source| EngineError::Io { name, what, source }
+    }
+
+    /// One invalid field.
+    pub fn spec(field: nubo_spec::Field, message: impl Into<String>) -> EngineError {
+        EngineError::spec_at(field, "", message)
+    }
+
+    /// One invalid element of a field (`suffix` like `.qemu.machine` or `[1]`).
+    pub fn spec_at(field: nubo_spec::Field, suffix: &str, message: impl Into<String>) -> EngineError {
+        let e = nubo_spec::FieldError::at(field, suffix, message);
+        match nubo_spec::SpecErrors::check(vec![e]) {
+            Err(e) => EngineError::Spec(e),
+            Ok(()) => unreachable!("one error was given"),
+        }
     }
 }

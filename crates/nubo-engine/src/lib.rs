@@ -1,25 +1,31 @@
 //! VM lifecycle over nubo's ports: the image store, seed, disk and backend crates. The engine
-//! owns the VM records and locks; backends own the VMM processes; readiness is proven from the
-//! guest's own console.
+//! turns a [`nubo_spec::VmSpec`] into a plan (facts, then a pure decision), makes and manages
+//! VMs through the [`nubo_backend::Backend`] trait, owns the VM records and locks, and proves
+//! readiness from the guest's own console.
 
 pub mod create;
 pub mod error;
+pub mod host;
 pub mod lifecycle;
 pub mod lock;
+pub mod plan;
 pub mod readiness;
 pub mod record;
 pub mod ssh;
+pub mod usage;
 
 use std::time::Duration;
 
 use nubo_backend::Registry;
 use nubo_core::Roots;
+use nubo_image::{ImageRecord, ImageRef};
 use serde::{Deserialize, Serialize};
 
-pub use create::{CreateRequest, Created};
+pub use create::Created;
 pub use error::EngineError;
 pub use lifecycle::VmStatus;
-pub use readiness::{Phase, WaitFor};
+pub use plan::Plan;
+pub use readiness::{Failure, Outcome, Phase, ReadinessError, WaitFor};
 pub use record::VmRecord;
 
 /// Progress a command reports as it goes.
@@ -32,11 +38,33 @@ pub enum Event {
     Phase(Phase, Duration),
 }
 
+/// An image the engine needs and the store does not have yet.
+#[derive(Debug, Clone)]
+pub enum Fetch {
+    /// An official reference (`debian:12`).
+    Catalog(ImageRef),
+    /// A URL, verified by checksum.
+    Url {
+        url: String,
+        checksum: Option<String>,
+        insecure_no_checksum: bool,
+        allow_http: bool,
+    },
+}
+
+/// Pulls images into the store for the engine. The binary implements it (mirrors, TLS roots
+/// and progress display are its settings), so `vm create`, `apply` and a controller pull the
+/// same way through the engine.
+pub trait ImageFetcher: Send + Sync {
+    fn fetch(&self, what: &Fetch, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError>;
+}
+
 pub struct Engine {
     pub roots: Roots,
     pub registry: Registry,
     /// `NUBO_VM_BACKEND`, read by the binary.
     pub env_backend: Option<String>,
+    pub fetcher: Option<Box<dyn ImageFetcher>>,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -46,13 +74,22 @@ pub struct StoredSettings {
     pub default_backend: Option<String>,
 }
 
+/// settings.json is a few bytes; a bigger one is not nubo's.
+const MAX_SETTINGS: u64 = 1 << 20;
+
 impl Engine {
     pub fn new(roots: Roots, registry: Registry, env_backend: Option<String>) -> Engine {
         Engine {
             roots,
             registry,
             env_backend,
+            fetcher: None,
         }
+    }
+
+    pub fn with_fetcher(mut self, f: Box<dyn ImageFetcher>) -> Engine {
+        self.fetcher = Some(f);
+        self
     }
 
     pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
@@ -61,14 +98,16 @@ impl Engine {
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {
         let path = self.roots.config_file();
-        match std::fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|source| EngineError::Corrupt { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(StoredSettings::default()),
-            Err(e) => Err(EngineError::Io {
-                name: String::new(),
-                what: format!("reading {}", path.display()),
-                source: e,
-            }),
+        let corrupt = |detail: String| EngineError::CorruptSettings {
+            path: path.clone(),
+            detail,
+        };
+        match nubo_core::file::read_bounded(&path, "settings", MAX_SETTINGS) {
+            Ok(b) => serde_json::from_slice(&b).map_err(|e| corrupt(e.to_string())),
+            Err(nubo_core::FileError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(StoredSettings::default())
+            }
+            Err(e) => Err(corrupt(e.to_string())),
         }
     }
 
@@ -79,7 +118,12 @@ impl Engine {
     /// Sets (`Some`) or clears (`None`) the default backend for new VMs; the name must be known.
     pub fn set_default_backend(&self, name: Option<&str>) -> Result<Option<&'static str>, EngineError> {
         let id = name.map(|n| self.registry.resolve(n).map(|b| b.id())).transpose()?;
-        let mut s = self.settings()?;
+        let mut s = match self.settings() {
+            Ok(s) => s,
+            // Setting or clearing the default replaces a corrupt file: it holds nothing else.
+            Err(EngineError::CorruptSettings { .. }) => StoredSettings::default(),
+            Err(e) => return Err(e),
+        };
         s.default_backend = id.map(str::to_owned);
         let path = self.roots.config_file();
         std::fs::create_dir_all(&self.roots.root)
@@ -88,3 +132,5 @@ impl Engine {
         Ok(id)
     }
 }
+#[cfg(test)]
+mod tests;

@@ -3,28 +3,19 @@
 
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nubo_backend::{Backend, StopMode};
+use nubo_backend::{Backend, ConsoleLog, ConsoleStream, Reach, StopMode};
+use nubo_core::state::Verb;
 use nubo_core::VmState;
 use serde::Serialize;
 
 use crate::readiness::{self, Outcome, Probes, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
-
-/// The console log is bounded per boot: each start moves the previous boot's log to
-/// `console.log.1` (replacing the one before), so at most two boots are kept.
-pub fn rotate_console(log: &Path) -> io::Result<()> {
-    let old = log.with_extension("log.1");
-    match fs::rename(log, &old) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VmStatus {
@@ -54,7 +45,8 @@ impl Engine {
         if rec.phase == Phase::Creating {
             return Ok(VmState::Creating);
         }
-        Ok(self.backend_of(rec)?.state(&rec.machine.handle)?)
+        let dir = self.roots.vm_dir(&rec.name);
+        Ok(self.backend_of(rec)?.state(&rec.vm_ref(&dir))?)
     }
 
     fn created(&self, name: &str) -> Result<VmRecord, EngineError> {
@@ -69,19 +61,29 @@ impl Engine {
         Ok(rec)
     }
 
+    /// The lock of an existing VM: a command on a VM that does not exist is refused before
+    /// it makes a lock file.
+    fn lock_existing(&self, name: &str) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
+        self.created(name)?;
+        let lock = self.lock(name)?;
+        // Re-read under the lock: another command may have changed or removed it meanwhile.
+        let rec = self.created(name)?;
+        Ok((lock, rec))
+    }
+
     /// Starts a stopped VM with its existing seed (never rewritten). Starting a running VM is
     /// a no-op that says so.
     pub fn start(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<VmRecord, EngineError> {
-        let _lock = self.lock(name)?;
-        let mut rec = self.created(name)?;
+        let (_lock, mut rec) = self.lock_existing(name)?;
         let backend = self.backend_of(&rec)?;
-        match backend.state(&rec.machine.handle)? {
-            VmState::Stopped => {
-                self.boot_locked(&mut rec, backend, events)?;
-                record::save(&self.roots.vm_dir(name), &rec)?;
-                events(Event::Step(format!("vm `{name}` started")));
-            }
-            s => events(Event::Step(format!("vm `{name}` is already {s}"))),
+        let dir = self.roots.vm_dir(name);
+        let state = backend.state(&rec.vm_ref(&dir))?;
+        if state.can(Verb::Start) {
+            self.boot_locked(&mut rec, backend, events)?;
+            record::save(&dir, &rec)?;
+            events(Event::Step(format!("vm `{name}` started")));
+        } else {
+            events(Event::Step(format!("vm `{name}` is already {state}")));
         }
         Ok(rec)
     }
@@ -93,10 +95,11 @@ impl Engine {
         timeout: Duration,
         events: &mut dyn FnMut(Event),
     ) -> Result<(), EngineError> {
-        let _lock = self.lock(name)?;
-        let rec = self.created(name)?;
+        let (_lock, rec) = self.lock_existing(name)?;
         let backend = self.backend_of(&rec)?;
-        if backend.state(&rec.machine.handle)? == VmState::Stopped {
+        let dir = self.roots.vm_dir(name);
+        let vm = rec.vm_ref(&dir);
+        if !backend.state(&vm)?.can(Verb::Stop) {
             events(Event::Step(format!("vm `{name}` is already stopped")));
             return Ok(());
         }
@@ -111,7 +114,7 @@ impl Engine {
                 humantime::format_duration(timeout)
             )));
         }
-        backend.stop(&rec.machine.handle, mode)?;
+        backend.stop(&vm, mode)?;
         events(Event::Step(format!("vm `{name}` stopped")));
         Ok(())
     }
@@ -127,12 +130,15 @@ impl Engine {
         self.start(name, events)
     }
 
-    /// Removes the VM: VMM, overlay, seed, sockets, logs, record. The base image is never
-    /// touched. A VM that is already (half) gone is removed without complaint.
+    /// Removes the VM: VMM, overlay, seed, sockets, logs, record, lock. The base image is
+    /// never touched. A VM that is already (half) gone is removed without complaint.
     pub fn remove(&self, name: &str, force: bool, events: &mut dyn FnMut(Event)) -> Result<bool, EngineError> {
         nubo_core::name::validate_label(name)?;
-        let _lock = self.lock(name)?;
         let dir = self.roots.vm_dir(name);
+        if !dir.exists() {
+            return Ok(false);
+        }
+        let lock = self.lock(name)?;
         let rec = match record::load(&dir) {
             Ok(r) => r,
             Err(EngineError::Corrupt { .. }) if force => None,
@@ -144,6 +150,7 @@ impl Engine {
                 fs::remove_dir_all(&dir).map_err(EngineError::io(name, format!("removing {}", dir.display())))?;
             }
             let _ = fs::remove_dir_all(self.roots.vm_run_dir(name));
+            lock.remove();
             return Ok(existed);
         };
         let state = self.state(&rec)?;
@@ -157,14 +164,15 @@ impl Engine {
             });
         }
         self.teardown(&rec)?;
+        lock.remove();
         events(Event::Step(format!("vm `{name}` removed")));
         Ok(true)
     }
 
     /// Kills the VMM and deletes the VM's directory and runtime files.
     pub(crate) fn teardown(&self, rec: &VmRecord) -> Result<(), EngineError> {
-        self.backend_of(rec)?.destroy(&rec.machine.handle)?;
         let dir = self.roots.vm_dir(&rec.name);
+        self.backend_of(rec)?.destroy(&rec.vm_ref(&dir))?;
         match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(EngineError::Io {
                 name: rec.name.clone(),
@@ -173,6 +181,32 @@ impl Engine {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// Where SSH reaches the VM, from its backend.
+    pub fn reach(&self, rec: &VmRecord) -> Result<Reach, EngineError> {
+        let dir = self.roots.vm_dir(&rec.name);
+        Ok(self.backend_of(rec)?.reach(&rec.vm_ref(&dir))?)
+    }
+
+    /// The console log of the VM, from its backend.
+    pub fn console_log(&self, rec: &VmRecord) -> Result<ConsoleLog, EngineError> {
+        let dir = self.roots.vm_dir(&rec.name);
+        Ok(self.backend_of(rec)?.console(&rec.vm_ref(&dir)))
+    }
+
+    /// Attaches to the running VM's console.
+    pub fn attach_console(&self, name: &str) -> Result<Box<dyn ConsoleStream>, EngineError> {
+        let rec = self.created(name)?;
+        if self.state(&rec)? == VmState::Stopped {
+            return Err(EngineError::InvalidState {
+                name: name.to_owned(),
+                state: "stopped".into(),
+                fix: format!("start it (`nubo vm start {name}`), or read its last boot with `nubo vm logs {name}`"),
+            });
+        }
+        let dir = self.roots.vm_dir(name);
+        Ok(self.backend_of(&rec)?.attach_console(&rec.vm_ref(&dir))?)
     }
 
     pub fn list(&self) -> Result<Vec<VmStatus>, EngineError> {
@@ -184,13 +218,18 @@ impl Engine {
                     let state = self
                         .state(&rec)
                         .map_or_else(|_| "unknown".to_owned(), |s| s.to_string());
+                    let ssh = self
+                        .reach(&rec)
+                        .ok()
+                        .and_then(|r| r.ssh)
+                        .map(|a| format!("{}@{a}", rec.ssh.user));
                     VmStatus {
                         state,
                         backend: rec.backend.clone(),
                         image: rec.image.as_ref().map(|i| i.reference.clone()),
                         vcpus: rec.machine.vcpus,
                         memory_mib: rec.machine.memory_mib,
-                        ssh: rec.ssh.as_ref().map(|s| format!("{}@127.0.0.1:{}", s.user, s.port)),
+                        ssh,
                         created: rec.created.clone(),
                         uuid: rec.uuid.clone(),
                         name,
@@ -224,56 +263,55 @@ impl Engine {
     ) -> Result<Outcome, EngineError> {
         let rec = self.created(name)?;
         let backend = self.backend_of(&rec)?;
-        if backend.state(&rec.machine.handle)? == VmState::Stopped {
+        let dir = self.roots.vm_dir(name);
+        if backend.state(&rec.vm_ref(&dir))? == VmState::Stopped {
             return Err(EngineError::InvalidState {
                 name: name.to_owned(),
                 state: "stopped".into(),
                 fix: format!("start it first: `nubo vm start {name}`"),
             });
         }
+        let console = backend.console(&rec.vm_ref(&dir)).current;
+        let ssh_addr = backend.reach(&rec.vm_ref(&dir))?.ssh;
         let mut probes = LiveProbes {
             ssh: None,
+            ssh_addr,
             engine: self,
             rec: &rec,
+            dir: dir.clone(),
             backend,
         };
-        readiness::wait(
-            &rec.machine.console_log,
+        Ok(readiness::wait(
+            &console,
             0,
             target,
             timeout,
             start,
             &mut probes,
             &mut |p, t| events(Event::Phase(p, t)),
-        )
-        .map_err(EngineError::Readiness)
+        )?)
     }
 
     /// The `ssh` command line that reaches the VM.
     pub fn ssh_argv(&self, name: &str, command: &[String]) -> Result<Vec<String>, EngineError> {
         let rec = self.created(name)?;
-        let ssh = rec.ssh.as_ref().ok_or_else(|| EngineError::InvalidState {
+        let addr = self.reach(&rec)?.ssh.ok_or_else(|| EngineError::InvalidState {
             name: name.to_owned(),
-            state: "without networking".into(),
+            state: "without an SSH endpoint".into(),
             fix: "recreate it with networking to use `nubo vm ssh`".into(),
         })?;
         let (key, _) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
         let known_hosts = self.roots.vm_dir(name).join("known_hosts");
-        Ok(crate::ssh::argv(
-            &key,
-            &known_hosts,
-            &rec.uuid,
-            &ssh.user,
-            ssh.port,
-            command,
-        ))
+        crate::ssh::argv(&key, &known_hosts, &rec.uuid, &rec.ssh.user, addr, command)
     }
 }
 
 struct LiveProbes<'a> {
     engine: &'a Engine,
     rec: &'a VmRecord,
+    dir: PathBuf,
     backend: &'a dyn Backend,
+    ssh_addr: Option<std::net::SocketAddr>,
     ssh: Option<SshWatcher>,
 }
 
@@ -286,12 +324,12 @@ struct SshWatcher {
 }
 
 impl SshWatcher {
-    fn start(port: u16) -> SshWatcher {
+    fn start(addr: std::net::SocketAddr) -> SshWatcher {
         let (up, stop) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
         let (u, st) = (up.clone(), stop.clone());
         std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
-                if crate::ssh::banner(port, Duration::from_secs(2)) {
+                if crate::ssh::banner(addr, Duration::from_secs(2)) {
                     u.store(true, Ordering::Relaxed);
                     return;
                 }
@@ -310,21 +348,21 @@ impl Drop for SshWatcher {
 
 impl Probes for LiveProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
-        self.backend.alive(&self.rec.machine.handle)
+        self.backend.alive(&self.rec.vm_ref(&self.dir))
     }
 
     fn ssh_banner(&mut self) -> bool {
-        let Some(port) = self.rec.ssh.as_ref().map(|s| s.port) else {
+        let Some(addr) = self.ssh_addr else {
             return false;
         };
         self.ssh
-            .get_or_insert_with(|| SshWatcher::start(port))
+            .get_or_insert_with(|| SshWatcher::start(addr))
             .up
             .load(Ordering::Relaxed)
     }
 
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
-        if !self.rec.ssh.as_ref().is_some_and(|s| s.nubo_key) {
+        if !self.rec.ssh.nubo_key {
             return None;
         }
         let cmd = [

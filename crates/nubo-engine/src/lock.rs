@@ -12,9 +12,18 @@ use crate::EngineError;
 
 pub struct VmLock {
     _lock: Flock<File>,
+    path: std::path::PathBuf,
 }
 
 impl VmLock {
+    /// Releases the lock and removes its file, for a VM that does not exist (any more): a
+    /// refused or undone command leaves no lock file behind. Removing it while held is safe
+    /// here: a racing command either saw it busy or creates a fresh lock file of its own, and
+    /// this holder makes nothing after releasing.
+    pub fn remove(self) {
+        let _ = fs::remove_file(&self.path);
+    }
+
     /// Takes the lock without waiting; a held lock is an error naming the holder.
     pub fn try_acquire(locks_dir: &Path, name: &str) -> Result<VmLock, EngineError> {
         fs::create_dir_all(locks_dir).map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
@@ -31,7 +40,7 @@ impl VmLock {
                 let _ = lock.set_len(0);
                 let _ = lock.seek(SeekFrom::Start(0));
                 let _ = write!(lock, "{}", std::process::id());
-                Ok(VmLock { _lock: lock })
+                Ok(VmLock { _lock: lock, path })
             }
             Err((mut file, _)) => {
                 let mut holder = String::new();

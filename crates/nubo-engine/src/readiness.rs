@@ -158,7 +158,8 @@ pub trait Probes {
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>>;
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum WaitFor {
     Ssh,
     CloudInit,
@@ -172,6 +173,75 @@ pub struct Outcome {
     pub status_over_ssh: Option<String>,
 }
 
+/// Why waiting failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "cause")]
+pub enum Failure {
+    /// The VMM process went away while waiting.
+    VmmExited,
+    /// A kernel panic or the initramfs shell: the guest never reaches cloud-init.
+    BootFailed,
+    /// cloud-init finished without reading the seed (`DataSourceNone`).
+    SeedNotRead { datasource: String },
+    /// cloud-init finished, with warnings or errors from its modules.
+    CloudInitErrors { datasource: String, problems: Vec<String> },
+    /// `cloud-init status` over SSH reported failure.
+    CloudInitFailed,
+    TimedOut { after_secs: u64, target: WaitFor },
+}
+
+/// A failed wait: the cause, the last phase reached, the evidence line, the console log.
+/// `--wait`, `apply` and (later) a controller's status conditions all read this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+pub struct ReadinessError {
+    pub failure: Failure,
+    pub last_phase: Option<Phase>,
+    /// The console line (or SSH output) that proves the failure.
+    pub evidence: Option<String>,
+    pub console_log: PathBuf,
+}
+
+impl std::fmt::Display for ReadinessError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let last = self.last_phase.map_or("none", Phase::label);
+        let log = self.console_log.display();
+        let ev = self.evidence.as_deref().map(nubo_core::file::escape_control).unwrap_or_default();
+        match &self.failure {
+            Failure::VmmExited => write!(
+                f,
+                "the VM's VMM exited while waiting (last phase: {last}); see the console log {log}"
+            ),
+            Failure::BootFailed => write!(
+                f,
+                "the guest failed to boot (last phase: {last}): `{ev}`; {BOOT_FAILED_CAUSES}; console log {log}"
+            ),
+            Failure::SeedNotRead { datasource } => write!(
+                f,
+                "cloud-init finished but read no seed (Datasource {datasource}): {SEED_NOT_READ_CAUSES}; console log {log}"
+            ),
+            Failure::CloudInitErrors { datasource, problems } => write!(
+                f,
+                "cloud-init finished with errors (Datasource {datasource}):\n  {}\nconsole log {log}",
+                problems
+                    .iter()
+                    .map(|p| nubo_core::file::escape_control(p))
+                    .collect::<Vec<_>>()
+                    .join("\n  ")
+            ),
+            Failure::CloudInitFailed => write!(f, "cloud-init reported failure over SSH: {ev}"),
+            Failure::TimedOut { after_secs, target } => write!(
+                f,
+                "timed out after {} waiting for {} (last phase seen: {last}); see the console log {log}",
+                humantime::format_duration(Duration::from_secs(*after_secs)),
+                match target {
+                    WaitFor::Ssh => "SSH",
+                    WaitFor::CloudInit => "cloud-init to finish",
+                },
+            ),
+        }
+    }
+}
+
 /// Follows the console and probes until `target` is reached, calling `on_phase` once per phase
 /// as it happens with the time since `start`. Errors name the last phase seen and the log.
 pub fn wait(
@@ -182,7 +252,13 @@ pub fn wait(
     start: Instant,
     probes: &mut dyn Probes,
     on_phase: &mut dyn FnMut(Phase, Duration),
-) -> Result<Outcome, String> {
+) -> Result<Outcome, ReadinessError> {
+    let fail = |failure: Failure, last_phase: Option<Phase>, evidence: Option<String>| ReadinessError {
+        failure,
+        last_phase,
+        evidence,
+        console_log: console.to_path_buf(),
+    };
     let mut follower = ConsoleFollower::new(console, offset);
     let mut seen: Option<Phase> = None;
     let mut problems: Vec<String> = Vec::new();
@@ -195,14 +271,10 @@ pub fn wait(
             on_phase(p, start.elapsed());
         }
     };
-    let deadline = Instant::now() + timeout;
+    let deadline = nubo_core::duration::deadline(Instant::now(), timeout);
     loop {
         if !probes.vmm_alive() {
-            return Err(format!(
-                "the VM's VMM exited while waiting (last phase: {}); see the console log {}",
-                seen.map_or("none", Phase::label),
-                console.display()
-            ));
+            return Err(fail(Failure::VmmExited, seen, None));
         }
         reach(Phase::VmmRunning, &mut seen);
         for line in follower.poll() {
@@ -210,27 +282,27 @@ pub fn wait(
                 Some(ConsoleEvent::KernelBooting) => reach(Phase::KernelBooting, &mut seen),
                 Some(ConsoleEvent::CloudInitProblem(p)) => problems.push(p),
                 Some(ConsoleEvent::BootFailed(l)) => {
-                    return Err(format!(
-                        "the guest failed to boot (last phase: {}): `{l}`; {BOOT_FAILED_CAUSES}; console log {}",
-                        seen.map_or("none", Phase::label),
-                        console.display()
-                    ));
+                    return Err(fail(Failure::BootFailed, seen, Some(l)));
                 }
                 Some(ConsoleEvent::Finished(f)) => {
                     if f.datasource == "DataSourceNone" || f.datasource == "None" {
-                        return Err(format!(
-                            "cloud-init finished but read no seed (Datasource {}): {SEED_NOT_READ_CAUSES}; console log {}",
-                            f.datasource,
-                            console.display()
+                        return Err(fail(
+                            Failure::SeedNotRead {
+                                datasource: f.datasource.clone(),
+                            },
+                            seen,
+                            Some(line.trim().to_owned()),
                         ));
                     }
                     reach(Phase::CloudInitFinished, &mut seen);
                     if !problems.is_empty() {
-                        return Err(format!(
-                            "cloud-init finished with errors (Datasource {}):\n  {}\nconsole log {}",
-                            f.datasource,
-                            problems.join("\n  "),
-                            console.display()
+                        return Err(fail(
+                            Failure::CloudInitErrors {
+                                datasource: f.datasource.clone(),
+                                problems: problems.clone(),
+                            },
+                            seen,
+                            problems.first().cloned(),
                         ));
                     }
                     return Ok(Outcome {
@@ -260,7 +332,7 @@ pub fn wait(
                 if !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
                     // The console is silent about cloud-init (console= elsewhere): ask the guest.
                     if let Some(r) = probes.cloud_init_status_over_ssh() {
-                        let text = r.map_err(|e| format!("cloud-init reported failure over SSH: {e}"))?;
+                        let text = r.map_err(|e| fail(Failure::CloudInitFailed, seen, Some(e)))?;
                         reach(Phase::CloudInitFinished, &mut seen);
                         return Ok(Outcome {
                             reached: Phase::CloudInitFinished,
@@ -272,15 +344,13 @@ pub fn wait(
             }
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "timed out after {} waiting for {} (last phase seen: {}); see the console log {}",
-                humantime::format_duration(Duration::from_secs(timeout.as_secs())),
-                match target {
-                    WaitFor::Ssh => "SSH",
-                    WaitFor::CloudInit => "cloud-init to finish",
+            return Err(fail(
+                Failure::TimedOut {
+                    after_secs: timeout.as_secs(),
+                    target,
                 },
-                seen.map_or("none", Phase::label),
-                console.display()
+                seen,
+                None,
             ));
         }
         // Short, so a phase is reported within a few ms of the console line; a poll is one
@@ -362,7 +432,7 @@ mod tests {
 
     /// [`wait`] from the start of `log`, ignoring phase reports.
     fn wait_on(log: &Path, target: WaitFor, timeout: Duration, mut probes: Fake) -> Result<Outcome, String> {
-        wait(log, 0, target, timeout, Instant::now(), &mut probes, &mut |_, _| {})
+        wait(log, 0, target, timeout, Instant::now(), &mut probes, &mut |_, _| {}).map_err(|e| e.to_string())
     }
 
     fn log_with(lines: &[&str]) -> tempfile::NamedTempFile {

@@ -1,0 +1,435 @@
+//! `vm create`: validate the spec (pure), plan (facts, then a pure decision), let the backend
+//! check the machine, and only then make the VM step by step, each step undone if a later one
+//! fails. A `create` killed midway leaves a record in phase `creating`; the next `create` of
+//! the name tears down what it finds and starts over, so interrupted work converges.
+
+pub mod seed;
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use nubo_backend::{Backend, Disk, MachineSpec, SeedDevice, SeedFormat, VmRef};
+use nubo_image::{ImageRef, ImageStore};
+use nubo_spec::{DiskSource, VmSpec};
+
+use crate::plan::{self, Base, Facts, Plan, SeedPlan};
+use crate::record::{self, Phase, SshLogin, VmRecord};
+use crate::{Engine, EngineError, Event, Fetch};
+
+/// The largest own seed (`--seed`) nubo copies: NoCloud seeds are kilobytes.
+pub const MAX_OWN_SEED: u64 = 64 << 20;
+
+pub struct Created {
+    pub record: VmRecord,
+    /// It was there already, with the same spec.
+    pub existed: bool,
+    pub started: Instant,
+}
+
+/// The files a plan names that must exist: read (bounded) or checked now, before any write.
+struct Inputs {
+    own_seed: Option<(Vec<u8>, SeedFormat)>,
+}
+
+impl Engine {
+    /// Validates `spec` and plans its creation, writing nothing for the VM (an image that is
+    /// not local yet is pulled into the store). The plan is what a dry run prints.
+    pub fn plan(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<(Plan, Facts), EngineError> {
+        spec.validate()?;
+        let facts = self.gather(spec, events)?;
+        let (mut plan, _caps) = plan::decide(spec, &facts, &self.registry)?;
+        let backend = self.registry.resolve(plan.backend)?;
+        let preview = self.machine_spec(&plan, "00000000-0000-0000-0000-000000000000", None);
+        plan.notes.extend(backend.check(&preview)?);
+        Ok((plan, facts))
+    }
+
+    /// Gathers what `decide` needs: the image (pulled if missing), the inspected base, the
+    /// host's resources and which backends are installed.
+    fn gather(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Facts, EngineError> {
+        let image = match &spec.source {
+            DiskSource::Image { reference } => {
+                let r = ImageRef::parse(reference).map_err(|e| EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string()))?;
+                let store = ImageStore::open(&self.roots.images())?;
+                match store.get(&r)? {
+                    Some(rec) => Some(rec),
+                    None if nubo_image::catalog::lookup(&r).is_some() => {
+                        events(Event::Step(format!("image `{r}` is not in the store: pulling it")));
+                        Some(self.fetch(&Fetch::Catalog(r), events)?)
+                    }
+                    None => Some(store.require(&r)?),
+                }
+            }
+            DiskSource::Url {
+                url,
+                checksum,
+                insecure_no_checksum,
+                allow_http,
+            } => Some(self.fetch(
+                &Fetch::Url {
+                    url: url.clone(),
+                    checksum: checksum.clone(),
+                    insecure_no_checksum: *insecure_no_checksum,
+                    allow_http: *allow_http,
+                },
+                events,
+            )?),
+            DiskSource::Disk { .. } => None,
+        };
+        let base = match (&image, &spec.source) {
+            (Some(rec), _) => Base {
+                path: rec.path.clone(),
+                format: rec.format.parse::<nubo_disk::Format>().map_err(|_| {
+                    EngineError::spec(
+                        nubo_spec::Field::SourceImageReference,
+                        format!("image `{}` records format `{}`, which nubo cannot boot", rec.reference, rec.format),
+                    )
+                })?,
+                virtual_size: rec.virtual_size,
+            },
+            (None, DiskSource::Disk { path }) => {
+                // The strict inspector: a disk that is not self-contained (backing files, VMDK
+                // extents) or not a format nubo allows is refused before QEMU sees it.
+                let info = nubo_disk::inspect(path)?;
+                Base {
+                    path: path.clone(),
+                    format: info.format,
+                    virtual_size: info.virtual_size,
+                }
+            }
+            (None, _) => unreachable!("image and url sources resolve to an image record"),
+        };
+        let available = self
+            .registry
+            .iter()
+            .filter(|b| b.auto_selectable() && b.installed())
+            .map(|b| b.id())
+            .collect();
+        Ok(Facts {
+            image,
+            base,
+            host: crate::host::facts(),
+            available,
+            default_backend: self.default_backend()?,
+            env_backend: self.env_backend.clone(),
+        })
+    }
+
+    fn fetch(&self, what: &Fetch, events: &mut dyn FnMut(Event)) -> Result<nubo_image::ImageRecord, EngineError> {
+        let f = self.fetcher.as_ref().ok_or_else(|| EngineError::Unavailable {
+            what: "pulling images".into(),
+            fix: "pull the image first with `nubo image pull`".into(),
+        })?;
+        f.fetch(what, events)
+    }
+
+    /// Files the spec names, checked (and the own seed read, bounded) before any write.
+    fn inputs(&self, spec: &VmSpec, plan: &Plan) -> Result<Inputs, EngineError> {
+        let check = |field: nubo_spec::Field, what: &str, p: &Path| {
+            nubo_core::file::open_regular(p, what)
+                .map(drop)
+                .map_err(|e| EngineError::spec(field, e.to_string()))
+        };
+        if let Some(k) = &spec.boot {
+            check(nubo_spec::Field::BootKernel, "kernel", &k.kernel)?;
+            if let Some(i) = &k.initrd {
+                check(nubo_spec::Field::BootInitrd, "initrd", i)?;
+            }
+        }
+        if let nubo_spec::Firmware::Path(p) = &spec.firmware {
+            check(nubo_spec::Field::Firmware, "firmware", p)?;
+        }
+        let own_seed = match &plan.seed {
+            SeedPlan::Own(p) => {
+                let bytes = nubo_core::file::read_bounded(p, "seed", MAX_OWN_SEED)
+                    .map_err(|e| EngineError::spec(nubo_spec::Field::CloudInitSeed, e.to_string()))?;
+                let format = match nubo_seed::SeedFormat::sniff(&bytes) {
+                    Some(nubo_seed::SeedFormat::Iso) => SeedFormat::Iso,
+                    Some(nubo_seed::SeedFormat::Vfat) => SeedFormat::Vfat,
+                    None => {
+                        return Err(EngineError::spec(
+                            nubo_spec::Field::CloudInitSeed,
+                            format!(
+                                "{} is neither an ISO9660 nor a FAT image: build one with `nubo seed build`",
+                                p.display()
+                            ),
+                        ))
+                    }
+                };
+                Some((bytes, format))
+            }
+            _ => None,
+        };
+        Ok(Inputs { own_seed })
+    }
+
+    /// The backend-neutral machine for `plan`.
+    pub(crate) fn machine_spec(&self, plan: &Plan, uuid: &str, seed: Option<SeedDevice>) -> MachineSpec {
+        let vm_dir = self.roots.vm_dir(&plan.name);
+        MachineSpec {
+            name: plan.name.clone(),
+            uuid: uuid.to_owned(),
+            run_dir: self.roots.vm_run_dir(&plan.name),
+            vcpus: plan.vcpus,
+            memory_mib: plan.memory_mib,
+            disk: Disk {
+                overlay: vm_dir.join("disk.qcow2"),
+                base: plan.base.path.clone(),
+                base_format: plan.base.format.qemu_driver().to_owned(),
+            },
+            seed,
+            boot: plan.boot.clone(),
+            machine: plan.machine,
+            network: plan.network.clone(),
+            options: plan.options.clone(),
+            vm_dir,
+        }
+    }
+
+    /// Creates and boots the VM. A VM of that name that was created with the same spec is
+    /// returned as is (started if it was stopped); a different spec is an error naming the
+    /// differences.
+    pub fn create(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Created, EngineError> {
+        let t0 = Instant::now();
+        let (plan, _facts) = self.plan(spec, events)?;
+        let inputs = self.inputs(spec, &plan)?;
+        let name = plan.name.clone();
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let (_, nubo_key) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        // Built in memory now: a seed that cannot be built fails before anything is written.
+        let seed = match &plan.seed {
+            SeedPlan::Generated => Some(seed::build(spec, &uuid, &plan.hostname, &nubo_key)?),
+            _ => None,
+        };
+        let lock = self.lock(&name)?;
+        let dir = self.roots.vm_dir(&name);
+        match record::load(&dir)? {
+            Some(rec) if rec.phase == Phase::Created => {
+                drop(inputs);
+                return self.existing(rec, spec, &dir, t0, events);
+            }
+            Some(rec) => {
+                events(Event::Step(format!("vm `{name}`: cleaning up an interrupted create")));
+                self.teardown(&rec)?;
+            }
+            None if dir.exists() => {
+                // A directory without a record: create was killed before writing it, so nothing
+                // was started and nothing else was made.
+                fs::remove_dir_all(&dir).map_err(EngineError::io(&name, format!("removing {}", dir.display())))?;
+            }
+            None => {}
+        }
+        for n in &plan.notes {
+            events(Event::Note(n.clone()));
+        }
+        events(Event::Step(plan.backend_reason.clone()));
+        let backend = self.registry.resolve(plan.backend)?;
+        let mut undo = Undo {
+            dir: dir.clone(),
+            name: name.clone(),
+            uuid: uuid.clone(),
+            state: serde_json::Value::Null,
+            backend,
+            lock: Some(lock),
+            armed: true,
+        };
+        let rec = self.make(spec, &plan, &uuid, seed, inputs, &mut undo, events)?;
+        undo.armed = false;
+        Ok(Created {
+            record: rec,
+            existed: false,
+            started: t0,
+        })
+    }
+
+    fn existing(
+        &self,
+        mut rec: VmRecord,
+        spec: &VmSpec,
+        dir: &Path,
+        t0: Instant,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<Created, EngineError> {
+        let name = rec.name.clone();
+        let diffs = rec.spec.differences(spec);
+        if !diffs.is_empty() {
+            return Err(EngineError::Conflict {
+                name,
+                differences: diffs,
+            });
+        }
+        let backend = self.backend_of(&rec)?;
+        if backend.state(&rec.vm_ref(dir))? == nubo_core::VmState::Stopped {
+            events(Event::Step(format!(
+                "vm `{name}` exists with this spec and is stopped: starting it"
+            )));
+            self.boot_locked(&mut rec, backend, events)?;
+            record::save(dir, &rec)?;
+        } else {
+            events(Event::Step(format!("vm `{name}` already exists with this spec and is running")));
+        }
+        Ok(Created {
+            record: rec,
+            existed: true,
+            started: t0,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn make(
+        &self,
+        spec: &VmSpec,
+        plan: &Plan,
+        uuid: &str,
+        seed: Option<seed::SeedBytes>,
+        inputs: Inputs,
+        undo: &mut Undo<'_>,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<VmRecord, EngineError> {
+        let name = plan.name.as_str();
+        let io = |what: String| EngineError::io(name, what);
+        let dir = undo.dir.clone();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(self.roots.vms())
+            .map_err(io(format!("creating {}", self.roots.vms().display())))?;
+        // 0700: the VM's directory holds its seed, which may carry passwords.
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("creating {}", dir.display())))?;
+        let seed_path = dir.join("seed.img");
+        let seed_device = match (&seed, &inputs.own_seed) {
+            (Some(_), _) => Some(SeedDevice {
+                path: seed_path.clone(),
+                format: SeedFormat::Iso,
+            }),
+            (None, Some((_, format))) => Some(SeedDevice {
+                path: seed_path.clone(),
+                format: *format,
+            }),
+            (None, None) => None,
+        };
+        let machine = self.machine_spec(plan, uuid, seed_device);
+        let mut rec = VmRecord {
+            schema: record::SCHEMA,
+            name: name.to_owned(),
+            uuid: uuid.to_owned(),
+            backend: plan.backend.to_owned(),
+            phase: Phase::Creating,
+            created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            spec: spec.clone(),
+            image: plan.image.clone(),
+            machine,
+            backend_state: serde_json::Value::Null,
+            ssh: SshLogin {
+                user: plan.ssh_user.clone(),
+                nubo_key: seed.as_ref().is_some_and(|s| s.nubo_key),
+            },
+            launch: None,
+            notes: Vec::new(),
+        };
+        // The record comes first: from here on, an interrupted create is found and converged.
+        // It need not be durable yet: after a power loss there is no VMM to converge.
+        record::save_unsynced(&dir, &rec)?;
+
+        nubo_disk::create_overlay(&plan.base.path, plan.base.format, &rec.machine.disk.overlay, plan.disk_size)?;
+        events(Event::Step(format!(
+            "overlay {} over {}",
+            rec.machine.disk.overlay.display(),
+            plan.base.path.display()
+        )));
+        match (seed, inputs.own_seed) {
+            (Some(s), _) => {
+                write_private(&seed_path, &s.bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+                for n in s.notes {
+                    events(Event::Note(n));
+                }
+                events(Event::Step(format!("seed {} (NoCloud, instance-id {uuid})", seed_path.display())));
+            }
+            (None, Some((bytes, _))) => {
+                write_private(&seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+                events(Event::Step("seed: your own seed attached as is".into()));
+            }
+            (None, None) => {}
+        }
+        rec.backend_state = undo.backend.prepare(&rec.machine)?;
+        undo.state = rec.backend_state.clone();
+        self.boot_locked(&mut rec, undo.backend, events)?;
+        undo.state = rec.backend_state.clone();
+        // One syncfs makes the seed and the `creating` record durable together, after the VMM
+        // has started rather than on its critical path; only then is the VM recorded as created.
+        sync_fs(&dir).map_err(io(format!("syncing {}", dir.display())))?;
+        rec.phase = Phase::Created;
+        record::save(&dir, &rec)?;
+        Ok(rec)
+    }
+
+    /// Boots `rec` (lock held) and notes what the backend reports in `rec`; the caller saves it.
+    pub(crate) fn boot_locked(
+        &self,
+        rec: &mut VmRecord,
+        backend: &dyn Backend,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), EngineError> {
+        let info = backend.boot(&rec.machine, &mut rec.backend_state)?;
+        for n in &info.notes {
+            events(Event::Step(n.clone()));
+        }
+        rec.launch = Some(info.launch);
+        rec.notes = info.notes;
+        Ok(())
+    }
+}
+
+/// Writes a file only its owner can read, without the fsync (see `make`).
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.write_all(data)
+}
+
+fn sync_fs(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = fs::File::open(dir)?;
+    nix::unistd::syncfs(d.as_raw_fd()).map_err(std::io::Error::from)
+}
+
+/// Undoes a create that failed: stops what was booted, removes the VM directory (overlay,
+/// seed, record) and the lock file of the VM that now does not exist. Disarmed on success.
+struct Undo<'a> {
+    dir: PathBuf,
+    name: String,
+    uuid: String,
+    state: serde_json::Value,
+    backend: &'a dyn Backend,
+    lock: Option<crate::lock::VmLock>,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let vm = VmRef {
+            name: &self.name,
+            uuid: &self.uuid,
+            vm_dir: &self.dir,
+            state: &self.state,
+        };
+        let _ = self.backend.destroy(&vm);
+        let _ = fs::remove_dir_all(&self.dir);
+        if let Some(l) = self.lock.take() {
+            l.remove();
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! The seed policy: what goes into the NoCloud seed nubo builds. Pure: the bytes are made in
+//! memory while planning, so a seed that cannot be built fails before anything is written.
+
+use nubo_spec::VmSpec;
+
+use crate::EngineError;
+
+pub struct SeedBytes {
+    pub bytes: Vec<u8>,
+    /// Whether nubo's own key reaches the guest for sure (user-data of the user's own may
+    /// override the vendor-data that carries it).
+    pub nubo_key: bool,
+    pub notes: Vec<String>,
+}
+
+/// The NoCloud seed for `spec`: instance-id = the VM's UUID, local-hostname = `hostname`.
+/// User-data is passed through byte for byte; without any, nubo generates `#cloud-config`
+/// with the hostname and keys. nubo's key rides in vendor-data when the user brings user-data.
+pub fn build(spec: &VmSpec, uuid: &str, hostname: &str, nubo_key: &str) -> Result<SeedBytes, EngineError> {
+    let ci = &spec.cloud_init;
+    let mut keys = ci.ssh_keys.clone();
+    keys.push(nubo_key.to_owned());
+    let mut notes = Vec::new();
+    let (user_data, vendor_data) = match &ci.user_data {
+        Some(ud) => {
+            let vd = match &ci.vendor_data {
+                Some(v) => v.content().unwrap_or_default().to_vec(),
+                None => nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
+                    hostname: None,
+                    ssh_authorized_keys: keys,
+                }),
+            };
+            notes.push(
+                "your user-data is passed through as is; nubo's SSH key goes in vendor-data, so `nubo vm ssh` works unless your user-data sets ssh_authorized_keys (then add nubo's key, `nubo vm ssh-key`, to it)".into(),
+            );
+            (ud.content().unwrap_or_default().to_vec(), Some(vd))
+        }
+        None => (
+            nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
+                hostname: Some(hostname.to_owned()),
+                ssh_authorized_keys: keys,
+            }),
+            ci.vendor_data.as_ref().map(|v| v.content().unwrap_or_default().to_vec()),
+        ),
+    };
+    let seed = nubo_seed::SeedSpec {
+        instance_id: uuid.to_owned(),
+        local_hostname: hostname.to_owned(),
+        user_data: Some(user_data),
+        network_config: ci.network_config.as_ref().map(|n| n.content().unwrap_or_default().to_vec()),
+        vendor_data,
+    };
+    Ok(SeedBytes {
+        bytes: nubo_seed::build(&seed, nubo_seed::SeedFormat::Iso)?,
+        nubo_key: ci.user_data.is_none(),
+        notes,
+    })
+}
