@@ -138,7 +138,7 @@ pub struct CreateArgs {
     #[arg(long)]
     pub wait: bool,
     /// How long `--wait` waits, e.g. `300s` or `5m`
-    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "300s", value_parser = boot_timeout)]
     pub boot_timeout: std::time::Duration,
 }
 
@@ -155,7 +155,7 @@ pub struct StopArgs {
     #[arg(long, short)]
     pub force: bool,
     /// How long to wait for the guest to power off before killing it
-    #[arg(long, default_value = "90s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "90s", value_parser = stop_timeout)]
     pub timeout: std::time::Duration,
 }
 
@@ -172,7 +172,7 @@ pub struct WaitArgs {
     pub name: String,
     #[arg(long = "for", value_enum, default_value = "cloud-init")]
     pub target: WaitForArg,
-    #[arg(long, default_value = "300s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "300s", value_parser = boot_timeout)]
     pub timeout: std::time::Duration,
 }
 
@@ -208,4 +208,16 @@ pub struct DefaultBackendArgs {
     pub set: Option<String>,
     #[arg(long)]
     pub clear: bool,
+}
+
+/// `--boot-timeout` and `vm wait --timeout`: 1 s to 24 h, so no deadline can overflow.
+fn boot_timeout(s: &str) -> Result<std::time::Duration, String> {
+    nubo_core::duration::parse_duration(s, nubo_spec::limits::MIN_BOOT_TIMEOUT, nubo_spec::limits::MAX_BOOT_TIMEOUT)
+        .map_err(|e| e.to_string())
+}
+
+/// `vm stop --timeout`: 0 s (kill at once after asking) to 1 h.
+fn stop_timeout(s: &str) -> Result<std::time::Duration, String> {
+    nubo_core::duration::parse_duration(s, std::time::Duration::ZERO, std::time::Duration::from_secs(3600))
+        .map_err(|e| e.to_string())
 }

@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use nubo_backend::qemu::probe::{self, KvmStatus};
-use nubo_backend::{Accel, Probe};
+use nubo_backend::qemu::probe;
+use nubo_backend::{CheckStatus, HostCheck};
 use nubo_bootstrap::{BootstrapError, Host};
 use nubo_core::roots::MAX_SOCKET_PATH;
 use nubo_core::ByteSize;
@@ -99,33 +99,18 @@ pub fn run(args: &DoctorArgs, settings: &Settings) -> anyhow::Result<()> {
 
 /// Runs every probe once, in the order a user fixes things.
 fn gather(settings: &Settings) -> Vec<Check> {
-    let qemu = nubo_backend::qemu::QemuBackend::default();
-    let kvm = qemu.kvm();
     let path = std::env::var_os("PATH");
     let which = |cmd: &str| probe::which(cmd, path.as_deref());
+    // Each backend reports what it needs from the host (its binary, accelerator, firmware);
+    // doctor knows no backend's details.
     let registry = nubo_backend::builtin_registry();
-    let probes: Vec<_> = registry
+    let backends: Vec<_> = registry
         .iter()
-        .map(|b| (b.id(), b.auto_selectable(), b.probe()))
+        .map(|b| (b.id(), b.auto_selectable(), b.host_checks()))
         .collect();
     let store = nearest_existing(&settings.roots.root);
 
-    let mut checks = vec![kvm_check(&kvm), accel_check(&kvm)];
-    checks.extend(backend_checks(&probes));
-    checks.push(file_check(
-        "seabios",
-        Some(PathBuf::from(probe::SEABIOS)).filter(|p| p.is_file()),
-        "seabios",
-        true,
-        "the pc and q35 machines boot with it",
-    ));
-    checks.push(file_check(
-        "ovmf",
-        probe::find_ovmf().map(|o| o.code),
-        "ovmf",
-        false,
-        "needed only for --firmware efi",
-    ));
+    let mut checks = backend_checks(&backends);
     checks.push(file_check(
         "qemu-img",
         which("qemu-img"),
@@ -153,70 +138,31 @@ fn gather(settings: &Settings) -> Vec<Check> {
     checks
 }
 
-fn kvm_check(kvm: &KvmStatus) -> Check {
-    let tcg = "guests run under TCG (software emulation, 10-50x slower)";
-    match kvm {
-        KvmStatus::Usable => Check::ok("kvm", "/dev/kvm opens and KVM_CREATE_VM succeeds"),
-        KvmStatus::Pvm => Check::new(
-            "kvm",
-            Status::Warn,
-            format!("PVM host (/sys/module/kvm_pvm), where stock distro kernels hang under KVM: {tcg}"),
-            None,
-        ),
-        KvmStatus::NoDevice => Check::new(
-            "kvm",
-            Status::Warn,
-            format!("/dev/kvm does not exist, so {tcg}"),
-            Some("enable virtualisation in the firmware, then `sudo modprobe kvm_intel` (or kvm_amd)".into()),
-        ),
-        KvmStatus::NoPermission(e) => Check::new(
-            "kvm",
-            Status::Warn,
-            format!("/dev/kvm cannot be opened read-write ({e}), so {tcg}"),
-            Some("`sudo adduser $USER kvm`, then log in again".into()),
-        ),
-        KvmStatus::Broken(e) => Check::new(
-            "kvm",
-            Status::Warn,
-            format!("KVM_CREATE_VM on /dev/kvm failed ({e}), so {tcg}"),
-            Some("see `dmesg` for the kvm module's error".into()),
-        ),
-    }
-}
-
-fn accel_check(kvm: &KvmStatus) -> Check {
-    match probe::resolve_accel(Accel::Auto, kvm) {
-        Ok((_, why)) => Check::ok("accel", format!("--accel auto picks {why}")),
-        Err(e) => Check::new("accel", Status::Broken, e.to_string(), Some("pass --accel tcg".into())),
-    }
-}
-
-/// One check per registered backend. A missing or broken backend blocks `vm create` only when no
-/// auto-selectable backend is available to take its place.
-fn backend_checks(probes: &[(&str, bool, Probe)]) -> Vec<Check> {
-    let any_usable = probes
+/// The backends' own host checks. A check that fails only a feature (UEFI boots without
+/// OVMF) is a warning naming the feature; a backend that cannot run at all blocks `vm create`
+/// only when no other auto-selectable backend can take its place.
+fn backend_checks(backends: &[(&str, bool, Vec<HostCheck>)]) -> Vec<Check> {
+    let usable = |checks: &[HostCheck]| {
+        !checks
+            .iter()
+            .any(|c| c.status == CheckStatus::Broken && c.blocks.is_none())
+    };
+    let any_usable = backends.iter().any(|(_, auto, c)| *auto && usable(c));
+    backends
         .iter()
-        .any(|(_, auto, p)| *auto && matches!(p, Probe::Available { .. }));
-    let problem = |s: Status| if any_usable { Status::Warn } else { s };
-    probes
-        .iter()
-        .map(|(id, _, p)| {
-            let name = format!("backend {id}");
-            match p {
-                Probe::Available { version } => Check::ok(&name, format!("version {version}")),
-                Probe::Missing { what, package } => Check::new(
-                    &name,
-                    problem(Status::Missing),
-                    format!("{what} not found"),
-                    Some(format!("install {package}")),
-                ),
-                Probe::Broken { error } => Check::new(
-                    &name,
-                    problem(Status::Broken),
-                    error.clone(),
-                    Some(format!("reinstall the package that provides the {id} backend")),
-                ),
-            }
+        .flat_map(|(_, _, checks)| checks.iter())
+        .map(|c| {
+            let status = match (c.status, &c.blocks) {
+                (CheckStatus::Ok, _) => Status::Ok,
+                (CheckStatus::Warn, _) | (CheckStatus::Broken, Some(_)) => Status::Warn,
+                (CheckStatus::Broken, None) if any_usable => Status::Warn,
+                (CheckStatus::Broken, None) => Status::Missing,
+            };
+            let detail = match &c.blocks {
+                Some(b) if c.status == CheckStatus::Broken => format!("{}; without it: no {b}", c.detail),
+                _ => c.detail.clone(),
+            };
+            Check::new(&c.name, status, detail, c.fix.clone())
         })
         .collect()
 }
@@ -402,62 +348,54 @@ mod tests {
         );
     }
 
-    #[test]
-    fn kvm_check_pvm_warns_that_tcg_is_used() {
-        let c = kvm_check(&KvmStatus::Pvm);
-
-        assert_eq!(c.status, Status::Warn);
-        assert!(c.detail.contains("kvm_pvm") && c.detail.contains("TCG"), "{}", c.detail);
+    fn host_check(name: &str, status: CheckStatus, blocks: Option<&str>) -> HostCheck {
+        HostCheck {
+            name: name.into(),
+            status,
+            detail: "d".into(),
+            fix: Some(format!("install {name}-pkg")),
+            blocks: blocks.map(str::to_owned),
+        }
     }
 
     #[test]
-    fn accel_check_pvm_picks_tcg() {
-        let c = accel_check(&KvmStatus::Pvm);
+    fn backend_checks_only_backend_missing_blocks_with_package() {
+        let backends = [("qemu", true, vec![host_check("backend qemu", CheckStatus::Broken, None)])];
 
-        assert_eq!(c.status, Status::Ok);
-        assert!(c.detail.starts_with("--accel auto picks TCG, because "), "{}", c.detail);
-    }
-
-    #[test]
-    fn backend_checks_qemu_missing_blocks_with_package() {
-        let probes = [(
-            "qemu",
-            true,
-            Probe::Missing {
-                what: "qemu-system-x86_64".into(),
-                package: "qemu-system-x86".into(),
-            },
-        )];
-
-        let c = backend_checks(&probes);
+        let c = backend_checks(&backends);
 
         assert_eq!(c[0].status, Status::Missing);
-        assert_eq!(c[0].fix.as_deref(), Some("install qemu-system-x86"));
+        assert_eq!(c[0].fix.as_deref(), Some("install backend qemu-pkg"));
     }
 
     #[test]
     fn backend_checks_missing_with_another_available_warns() {
-        let probes = [
-            (
-                "qemu",
-                true,
-                Probe::Available {
-                    version: "10.0.2".into(),
-                },
-            ),
-            (
-                "libvirt",
-                true,
-                Probe::Missing {
-                    what: "virsh".into(),
-                    package: "libvirt-clients".into(),
-                },
-            ),
+        let backends = [
+            ("qemu", true, vec![host_check("backend qemu", CheckStatus::Ok, None)]),
+            ("libvirt", true, vec![host_check("backend libvirt", CheckStatus::Broken, None)]),
         ];
 
-        let c = backend_checks(&probes);
+        let c = backend_checks(&backends);
 
         assert_eq!([c[0].status, c[1].status], [Status::Ok, Status::Warn]);
+    }
+
+    /// Issue 10: SeaBIOS missing blocked `vm create` for every backend.
+    #[test]
+    fn backend_checks_missing_firmware_warns_naming_feature() {
+        let backends = [(
+            "qemu",
+            true,
+            vec![
+                host_check("backend qemu", CheckStatus::Ok, None),
+                host_check("seabios", CheckStatus::Broken, Some("qemu BIOS boots")),
+            ],
+        )];
+
+        let c = backend_checks(&backends);
+
+        assert_eq!(c[1].status, Status::Warn);
+        assert!(c[1].detail.contains("qemu BIOS boots"), "{}", c[1].detail);
     }
 
     #[test]

@@ -105,16 +105,9 @@ pub(crate) fn pull_url(
     run_pull(&req, settings)
 }
 
-/// For `vm create --image REF`: pulls an official reference that is not in the store yet.
-/// Returns `false` when there is nothing to do (local already, or not a catalog reference).
-pub(crate) fn pull_if_missing(reference: &str, settings: &Settings) -> anyhow::Result<bool> {
-    let r = parse_ref(reference)?;
-    if open_store(settings)?.get(&r)?.is_some() || nubo_image::catalog::lookup(&r).is_none() {
-        return Ok(false);
-    }
-    eprintln!("image `{r}` is not in the store: pulling it");
-    run_pull(&pull_request(PullSource::Catalog(r), settings), settings)?;
-    Ok(true)
+/// For the engine (`vm create --image REF` of an official reference not in the store yet).
+pub(crate) fn pull_catalog(r: &ImageRef, settings: &Settings) -> anyhow::Result<ImageRecord> {
+    run_pull(&pull_request(PullSource::Catalog(r.clone()), settings), settings)
 }
 
 /// Binary multiples, one decimal, as `ls -h` and qemu-img print them.

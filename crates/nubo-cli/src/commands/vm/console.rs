@@ -2,11 +2,9 @@
 //! `virsh console` do); the VM keeps running.
 
 use std::io::{self, Read, Write};
-use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
 use nix::sys::termios::{self, SetArg};
-use nubo_core::VmState;
 use nubo_engine::Engine;
 
 use crate::settings::Settings;
@@ -15,20 +13,16 @@ use crate::settings::Settings;
 const ESCAPE: u8 = 0x1d;
 
 pub fn run(name: &str, engine: &Engine, settings: &Settings) -> anyhow::Result<()> {
-    let rec = engine.load(name)?;
-    if engine.state(&rec)? == VmState::Stopped {
-        anyhow::bail!("vm `{name}` is stopped: start it (`nubo vm start {name}`), or read its last boot with `nubo vm logs {name}`");
-    }
-    let sock = &rec.machine.handle.serial_socket;
-    let stream =
-        UnixStream::connect(sock).with_context(|| format!("connecting to the serial console {}", sock.display()))?;
+    // The backend attaches its own console (a socket for qemu; libvirt's and Cloud
+    // Hypervisor's streams later).
+    let stream = engine.attach_console(name)?;
     eprintln!("connected to vm `{name}`'s serial console; detach with Ctrl-]");
     let _raw = if settings.stdin_tty {
         Some(RawMode::enter()?)
     } else {
         None
     };
-    let mut from_vm = stream.try_clone()?;
+    let mut from_vm = stream.try_clone_reader()?;
     let printer = std::thread::spawn(move || {
         let mut out = io::stdout();
         let mut buf = [0u8; 4096];
@@ -52,7 +46,7 @@ pub fn run(name: &str, engine: &Engine, settings: &Settings) -> anyhow::Result<(
         }
         to_vm.write_all(&buf[..n])?;
     }
-    let _ = to_vm.shutdown(std::net::Shutdown::Both);
+    to_vm.shutdown();
     let _ = printer.join();
     eprintln!("\r\ndetached from vm `{name}`");
     Ok(())

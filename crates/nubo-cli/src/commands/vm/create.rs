@@ -1,48 +1,27 @@
-use std::fs;
 use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Context;
-use nubo_backend::{Accel, MachineType};
-use nubo_engine::{CreateRequest, Engine, WaitFor};
+use nubo_core::VmName;
+use nubo_engine::{Engine, EngineError, WaitFor};
+use nubo_spec::{CloudInitSpec, DiskSource, Field, Firmware, KernelBoot, Machine, Network, Payload, VmSpec};
 
 use super::print_event;
 use crate::cli::vm::{AccelArg, CreateArgs, MachineArg};
-use crate::settings::Settings;
 
-pub fn run(a: &CreateArgs, engine: &Engine, settings: &Settings) -> anyhow::Result<()> {
+/// The longest `--ssh-key @file` nubo reads: an authorized_keys file with many keys.
+const MAX_KEY_FILE: u64 = 1 << 20;
+
+pub fn run(a: &CreateArgs, engine: &Engine) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    // The name first: nothing, not even a download, happens for a VM that cannot exist.
-    nubo_core::VmName::parse(&a.name)?;
-    let mut req = request(a)?;
-    if let Some(url) = &a.url_img {
-        let rec = super::super::image::pull_url(
-            url,
-            a.checksum.as_deref(),
-            a.insecure_no_checksum,
-            a.allow_http,
-            settings,
-        )?;
-        eprintln!(
-            "  pulled {url} as `{}` in {:.1}s",
-            rec.reference,
-            t0.elapsed().as_secs_f64()
-        );
-        req.image = Some(rec.reference);
-    }
-    // Everything is checked before anything is downloaded or written, except that an image
-    // which is not local yet can only be checked once it is.
-    if let Some(image) = &a.image {
-        if super::super::image::pull_if_missing(image, settings)? {
-            eprintln!("  pulled `{image}` in {:.1}s", t0.elapsed().as_secs_f64());
-        }
-    }
-    let created = engine.create(req, &mut print_event)?;
+    let spec = spec(a)?;
+    let created = engine.create(&spec, &mut print_event).map_err(flagged)?;
     let rec = &created.record;
-    let ssh = rec
-        .ssh
-        .as_ref()
-        .map(|s| format!(", ssh {}@127.0.0.1:{}", s.user, s.port))
+    let ssh = engine
+        .reach(rec)
+        .ok()
+        .and_then(|r| r.ssh)
+        .map(|addr| format!(", ssh {}@{addr}", rec.ssh.user))
         .unwrap_or_default();
     eprintln!(
         "vm `{}` {} (uuid {}{ssh}) in {:.2}s",
@@ -79,20 +58,127 @@ pub fn run(a: &CreateArgs, engine: &Engine, settings: &Settings) -> anyhow::Resu
     Ok(())
 }
 
-fn request(a: &CreateArgs) -> anyhow::Result<CreateRequest> {
-    let read = |what: &str, p: &Path| fs::read(p).with_context(|| format!("reading {what} {}", p.display()));
+/// The flag of `vm create` that sets a spec field, for errors: every field is mapped (no
+/// wildcard arm), so a new field cannot go unmapped.
+pub fn flag(field: Field) -> &'static str {
+    match field {
+        Field::Name => "NAME",
+        Field::SourceImageReference => "--image",
+        Field::SourceDiskPath => "--disk",
+        Field::SourceUrl => "--url-img",
+        Field::SourceUrlChecksum => "--checksum",
+        Field::SourceUrlInsecureNoChecksum => "--insecure-no-checksum",
+        Field::SourceUrlAllowHttp => "--allow-http",
+        Field::ResourcesVcpus => "--vcpus",
+        Field::ResourcesMemory => "--memory",
+        Field::ResourcesDiskSize => "--disk-size",
+        Field::Firmware => "--firmware",
+        Field::BootKernel => "--kernel",
+        Field::BootInitrd => "--initrd",
+        Field::BootCmdline => "--cmdline",
+        Field::Machine => "--machine",
+        Field::Overrides => "--machine/--accel",
+        Field::Network => "--restrict-network",
+        Field::CloudInitHostname => "--hostname",
+        Field::CloudInitSshKeys => "--ssh-key",
+        Field::CloudInitUserData => "--user-data",
+        Field::CloudInitNetworkConfig => "--network-config",
+        Field::CloudInitVendorData => "--vendor-data",
+        Field::CloudInitSeed => "--seed",
+        Field::Backend => "--backend",
+        Field::SshUser => "--ssh-user",
+        Field::BootTimeout => "--boot-timeout",
+    }
+}
+
+/// Spec errors named by the flags the user typed rather than by field paths.
+fn flagged(e: EngineError) -> anyhow::Error {
+    match e {
+        EngineError::Spec(errors) => {
+            let lines: Vec<String> = errors
+                .errors()
+                .iter()
+                .map(|fe| format!("{} ({}): {}", flag(fe.field), fe.path, fe.message))
+                .collect();
+            anyhow::anyhow!("{}", lines.join("\n"))
+        }
+        other => other.into(),
+    }
+}
+
+/// The VmSpec `vm create`'s flags describe. Files are read here (bounded, regular files only);
+/// everything else is checked by the spec's own validation and the engine's plan.
+pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
+    let name = VmName::parse(&a.name)?;
+    let source = match (&a.image, &a.disk, &a.url_img) {
+        (Some(r), None, None) => DiskSource::Image { reference: r.clone() },
+        (None, Some(p), None) => DiskSource::Disk { path: absolute(p)? },
+        (None, None, Some(url)) => DiskSource::Url {
+            url: url.clone(),
+            checksum: a.checksum.clone(),
+            insecure_no_checksum: a.insecure_no_checksum,
+            allow_http: a.allow_http,
+        },
+        (None, None, None) => anyhow::bail!("give --image REF (see `nubo image ls`), --disk PATH or --url-img URL"),
+        _ => anyhow::bail!("give one of --image, --disk and --url-img"),
+    };
+    let read = |flag: &str, p: &Path| -> anyhow::Result<Payload> {
+        let bytes = nubo_core::file::read_bounded(p, flag, nubo_spec::limits::MAX_PAYLOAD).with_context(|| flag.to_owned())?;
+        Ok(Payload::new(bytes))
+    };
     let mut ssh_keys = Vec::new();
     for k in &a.ssh_keys {
         ssh_keys.extend(ssh_keys_from(k)?);
     }
-    Ok(CreateRequest {
-        name: a.name.clone(),
-        image: a.image.clone(),
-        disk: a.disk.as_deref().map(absolute).transpose()?,
-        backend: a.backend.clone(),
-        vcpus: a.vcpus,
-        memory_mib: a.memory.map(|m| m.mib()),
-        disk_size: a.disk_size.map(|d| d.bytes()),
+    let mut spec = VmSpec::new(name, source);
+    spec.resources.vcpus = a.vcpus;
+    spec.resources.memory = a.memory;
+    spec.resources.disk_size = a.disk_size;
+    spec.firmware = match a.firmware.as_deref() {
+        None => Firmware::Auto,
+        Some("bios") => Firmware::Bios,
+        Some("efi") => Firmware::Efi,
+        Some(p) => Firmware::Path(absolute(Path::new(p))?),
+    };
+    spec.boot = a
+        .kernel
+        .as_deref()
+        .map(|k| -> anyhow::Result<KernelBoot> {
+            Ok(KernelBoot {
+                kernel: absolute(k)?,
+                initrd: a.initrd.as_deref().map(absolute).transpose()?,
+                cmdline: a.cmdline.clone(),
+            })
+        })
+        .transpose()?;
+    // --machine pc|q35 are QEMU's machine types: a per-backend override; microvm is neutral.
+    let mut qemu = std::collections::BTreeMap::new();
+    match a.machine {
+        Some(MachineArg::Microvm) => spec.machine = Machine::Microvm,
+        Some(MachineArg::Q35) => {
+            qemu.insert("machine".to_owned(), "q35".to_owned());
+        }
+        Some(MachineArg::Pc) => {
+            qemu.insert("machine".to_owned(), "pc".to_owned());
+        }
+        None => {}
+    }
+    match a.accel {
+        AccelArg::Auto => {}
+        AccelArg::Kvm => {
+            qemu.insert("accel".to_owned(), "kvm".to_owned());
+        }
+        AccelArg::Tcg => {
+            qemu.insert("accel".to_owned(), "tcg".to_owned());
+        }
+    }
+    if !qemu.is_empty() {
+        spec.overrides.insert("qemu".to_owned(), qemu);
+    }
+    if a.restrict_network {
+        spec.network = Network::Restricted;
+    }
+    spec.cloud_init = CloudInitSpec {
         hostname: a.hostname.clone(),
         ssh_keys,
         user_data: a.user_data.as_deref().map(|p| read("--user-data", p)).transpose()?,
@@ -101,25 +187,13 @@ fn request(a: &CreateArgs) -> anyhow::Result<CreateRequest> {
             .as_deref()
             .map(|p| read("--network-config", p))
             .transpose()?,
+        vendor_data: None,
         seed: a.seed.as_deref().map(absolute).transpose()?,
-        kernel: a.kernel.as_deref().map(absolute).transpose()?,
-        initrd: a.initrd.as_deref().map(absolute).transpose()?,
-        cmdline: a.cmdline.clone(),
-        firmware: a.firmware.clone(),
-        machine: a.machine.map(|m| match m {
-            MachineArg::Pc => MachineType::Pc,
-            MachineArg::Q35 => MachineType::Q35,
-            MachineArg::Microvm => MachineType::Microvm,
-        }),
-        accel: match a.accel {
-            AccelArg::Auto => Accel::Auto,
-            AccelArg::Kvm => Accel::Kvm,
-            AccelArg::Tcg => Accel::Tcg,
-        },
-        restrict_network: a.restrict_network,
-        ssh_user: a.ssh_user.clone(),
-        ..Default::default()
-    })
+    };
+    spec.backend = a.backend.clone();
+    spec.ssh_user = a.ssh_user.clone();
+    spec.boot_timeout = a.wait.then_some(a.boot_timeout);
+    Ok(spec)
 }
 
 /// Paths are recorded absolute: a later `start` may run from another directory.
@@ -131,7 +205,8 @@ fn absolute(p: &Path) -> anyhow::Result<std::path::PathBuf> {
 fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
     let keys: Vec<String> = match arg.strip_prefix('@') {
         Some(path) => {
-            let text = fs::read_to_string(path).with_context(|| format!("reading --ssh-key file {path}"))?;
+            let bytes = nubo_core::file::read_bounded(Path::new(path), "--ssh-key file", MAX_KEY_FILE)?;
+            let text = String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("--ssh-key file {path} is not text"))?;
             text.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -146,7 +221,7 @@ fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
         if !known {
             anyhow::bail!(
                 "--ssh-key {arg}: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`); pass the .pub file with @",
-                k.chars().take(40).collect::<String>()
+                nubo_core::file::escape_control(&k.chars().take(40).collect::<String>())
             );
         }
     }
@@ -179,7 +254,7 @@ mod tests {
     fn ssh_keys_from_file_skips_comments() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("k.pub");
-        fs::write(&p, "# mine\nssh-ed25519 AAAA a\n\necdsa-sha2-nistp256 BBBB b\n").unwrap();
+        std::fs::write(&p, "# mine\nssh-ed25519 AAAA a\n\necdsa-sha2-nistp256 BBBB b\n").unwrap();
 
         let keys = ssh_keys_from(&format!("@{}", p.display())).unwrap();
 

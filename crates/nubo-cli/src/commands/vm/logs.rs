@@ -9,10 +9,13 @@ use crate::cli::vm::LogsArgs;
 
 pub fn run(a: &LogsArgs, engine: &Engine) -> anyhow::Result<()> {
     let rec = engine.load(&a.name)?;
+    let log = engine.console_log(&rec)?;
     let path = if a.previous {
-        rec.machine.console_log.with_extension("log.1")
+        log.previous.ok_or_else(|| {
+            anyhow::anyhow!("vm `{}`'s backend keeps no previous boot's log", a.name)
+        })?
     } else {
-        rec.machine.console_log.clone()
+        log.current
     };
     let mut f = match std::fs::File::open(&path) {
         Ok(f) => f,

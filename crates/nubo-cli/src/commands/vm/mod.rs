@@ -18,7 +18,7 @@ use crate::settings::Settings;
 pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
     let engine = engine(settings);
     match cmd {
-        VmCmd::Create(a) => create::run(&a, &engine, settings),
+        VmCmd::Create(a) => create::run(&a, &engine),
         VmCmd::Ls(a) => ls::run(&a, &engine),
         VmCmd::Start(a) => lifecycle::start(&a.name, &engine),
         VmCmd::Stop(a) => lifecycle::stop(&a, &engine),
@@ -41,6 +41,45 @@ pub fn engine(settings: &Settings) -> Engine {
         nubo_backend::builtin_registry(),
         settings.env_backend.clone(),
     )
+    .with_fetcher(Box::new(Fetcher {
+        settings: settings.clone(),
+    }))
+}
+
+/// Pulls for the engine with the binary's settings (mirrors, TLS roots) and progress display.
+struct Fetcher {
+    settings: Settings,
+}
+
+impl nubo_engine::ImageFetcher for Fetcher {
+    fn fetch(
+        &self,
+        what: &nubo_engine::Fetch,
+        _events: &mut dyn FnMut(Event),
+    ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
+        let t0 = std::time::Instant::now();
+        let (label, result) = match what {
+            nubo_engine::Fetch::Catalog(r) => (
+                format!("`{r}`"),
+                super::image::pull_catalog(r, &self.settings),
+            ),
+            nubo_engine::Fetch::Url {
+                url,
+                checksum,
+                insecure_no_checksum,
+                allow_http,
+            } => (
+                url.clone(),
+                super::image::pull_url(url, checksum.as_deref(), *insecure_no_checksum, *allow_http, &self.settings),
+            ),
+        };
+        let rec = result.map_err(|e| nubo_engine::EngineError::Pull {
+            what: label.clone(),
+            source: e.into(),
+        })?;
+        eprintln!("  pulled {label} as `{}` in {:.1}s", rec.reference, t0.elapsed().as_secs_f64());
+        Ok(rec)
+    }
 }
 
 /// Progress goes to stderr, one plain line per event, so it reads the same on a terminal and

@@ -12,41 +12,41 @@ pub fn ssh(a: &SshArgs, engine: &Engine) -> anyhow::Result<()> {
     anyhow::bail!("cannot run ssh ({err}): install the openssh-client package")
 }
 
-/// With user-mode networking the guest's own address is QEMU's fixed 10.0.2.15, reachable
-/// only through the forward on 127.0.0.1.
-const USER_NET_GUEST_ADDR: &str = "10.0.2.15";
-
 #[derive(Serialize)]
 struct Reach {
     name: String,
-    ssh_host: &'static str,
-    ssh_port: u16,
+    ssh: Option<String>,
     ssh_user: String,
-    guest_address: &'static str,
-    network: &'static str,
+    guest_addresses: Vec<String>,
+    network: String,
 }
 
 pub fn ip(a: &IpArgs, engine: &Engine) -> anyhow::Result<()> {
     let rec = engine.load(&a.name)?;
-    let s = rec
-        .ssh
-        .as_ref()
-        .ok_or_else(|| anyhow::anyhow!("vm `{}` has no network forward", a.name))?;
+    // The backend knows how its network is realised and where SSH reaches the guest.
+    let reach = engine.reach(&rec)?;
     let r = Reach {
         name: rec.name.clone(),
-        ssh_host: "127.0.0.1",
-        ssh_port: s.port,
-        ssh_user: s.user.clone(),
-        guest_address: USER_NET_GUEST_ADDR,
-        network: "user-mode (QEMU): the guest is reached through 127.0.0.1 forwards",
+        ssh: reach.ssh.map(|s| s.to_string()),
+        ssh_user: rec.ssh.user.clone(),
+        guest_addresses: reach.guest_addresses.clone(),
+        network: reach.network.clone(),
     };
     if a.output == Format::Json {
         return print_json(&r);
     }
-    println!("127.0.0.1:{}", r.ssh_port);
+    let ssh = reach
+        .ssh
+        .ok_or_else(|| anyhow::anyhow!("vm `{}` has no SSH endpoint ({})", a.name, reach.network))?;
+    println!("{ssh}");
     eprintln!(
-        "  guest address {} behind QEMU user-mode networking; ssh forwarded from 127.0.0.1:{}",
-        r.guest_address, r.ssh_port
+        "  guest address {}; {}",
+        if r.guest_addresses.is_empty() {
+            "unknown".to_owned()
+        } else {
+            r.guest_addresses.join(", ")
+        },
+        r.network
     );
     Ok(())
 }
