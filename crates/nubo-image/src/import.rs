@@ -32,7 +32,7 @@ pub struct ImportRequest {
 pub enum ImportError {
     #[error("{} is an ISO image, not a disk: attach it with the VM's options instead", .0.display())]
     Iso(PathBuf),
-    #[error("{} has a backing file: import the flattened image (`nubo image convert {} --to qcow2 -o flat.qcow2`)", .0.display(), .0.display())]
+    #[error("{} has a backing file, which QEMU would read too: nubo imports and converts only self-contained images; flatten it with `qemu-img convert -O qcow2` where you trust every file it names, and import the result", .0.display())]
     Backing(PathBuf),
     #[error("inspecting {}", path.display())]
     Disk {
