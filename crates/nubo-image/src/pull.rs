@@ -114,7 +114,8 @@ pub enum PullEvent {
         done: u64,
         total: Option<u64>,
     },
-    /// The connection dropped; reconnecting with Range from `offset`.
+    /// A transient failure (dropped connection, timeout, 5xx, 429); reconnecting with Range
+    /// from `offset`.
     Retry {
         attempt: u32,
         offset: u64,
