@@ -1,6 +1,7 @@
 //! The build, stage by stage: packages into a tree, the tree into a partitioned raw disk,
 //! GRUB for BIOS and UEFI, then qcow2. No loop devices, no mounts.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::{FileExt, PermissionsExt};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::commands;
 use crate::error::{io_err, BootstrapError};
 use crate::grub;
 use crate::host::{Host, Mode, GRUB_BIOS_DIR, GRUB_EFI_DIR};
@@ -17,54 +19,7 @@ use crate::layout::Layout;
 use crate::recipe::Recipe;
 use crate::rootfs::{self, Ids};
 use crate::run::Runner;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Packages,
-    Partition,
-    RootFs,
-    BiosBoot,
-    Esp,
-    Convert,
-    Digest,
-}
-
-impl Stage {
-    pub const ALL: [Stage; 7] = [
-        Stage::Packages,
-        Stage::Partition,
-        Stage::RootFs,
-        Stage::BiosBoot,
-        Stage::Esp,
-        Stage::Convert,
-        Stage::Digest,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Stage::Packages => "installing packages (mmdebstrap)",
-            Stage::Partition => "partitioning (GPT: BIOS boot, ESP, root)",
-            Stage::RootFs => "writing the root filesystem (ext4)",
-            Stage::BiosBoot => "installing GRUB for BIOS",
-            Stage::Esp => "writing the EFI system partition",
-            Stage::Convert => "converting to qcow2",
-            Stage::Digest => "computing sha256",
-        }
-    }
-
-    /// 1-based position, for `[n/7]`.
-    pub fn number(self) -> usize {
-        Stage::ALL.iter().position(|s| *s == self).map_or(0, |i| i + 1)
-    }
-}
-
-/// Told about each stage as it happens.
-pub trait Progress {
-    fn started(&mut self, stage: Stage);
-    /// A line the stage's tool printed (mmdebstrap's `I: ...` progress, warnings).
-    fn detail(&mut self, _stage: Stage, _line: &str) {}
-    fn finished(&mut self, stage: Stage, elapsed: Duration);
-}
+pub use crate::stage::{Progress, Stage};
 
 /// Where the build puts its work and which .deb cache it uses.
 #[derive(Debug, Clone)]
@@ -100,10 +55,14 @@ pub struct Built {
 /// Builds the image `spec.recipe` describes.
 pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> Result<Built, BootstrapError> {
     let t0 = Instant::now();
+    // Absolute from here on: every path below reaches a tool's argv, where a relative one
+    // starting with `-` would read as an option.
+    let work_parent = absolute(spec.work_parent)?;
+    let cache_dir = spec.cache_dir.map(absolute).transpose()?;
     let work = tempfile::Builder::new()
         .prefix("bootstrap-")
-        .tempdir_in(spec.work_parent)
-        .map_err(io_err("cannot create the build directory in", spec.work_parent))?;
+        .tempdir_in(&work_parent)
+        .map_err(io_err("cannot create the build directory in", &work_parent))?;
     let w = work.path().to_path_buf();
     if host.mode == Mode::Unshare {
         // The namespace's root is not this user: it needs to traverse the work directory.
@@ -127,7 +86,7 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
     stage(&mut runner, Stage::Packages, |r| {
         let overlay = w.join("overlay");
         write_overlay(&overlay, &rootfs::overlay(&ids))?;
-        if let Some(c) = spec.cache_dir {
+        if let Some(c) = &cache_dir {
             fs::create_dir_all(c).map_err(io_err("cannot create the .deb cache", c))?;
         }
         let mut cmd = Command::new(host.tool("mmdebstrap"));
@@ -135,7 +94,7 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
             spec.recipe,
             host.mode.mmdebstrap_mode(),
             &overlay,
-            spec.cache_dir,
+            cache_dir.as_deref(),
             &tree.path,
         ));
         r.run(Stage::Packages, cmd, None)
@@ -144,9 +103,11 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
     stage(&mut runner, Stage::Partition, |r| {
         let f = File::create(&raw).map_err(io_err("cannot create", &raw))?;
         f.set_len(layout.disk_bytes).map_err(io_err("cannot size", &raw))?;
-        let mut cmd = Command::new(host.tool("sfdisk"));
-        cmd.args(["--quiet", "--no-reread", "--no-tell-kernel"]).arg(&raw);
-        r.run(Stage::Partition, cmd, Some(&layout.sfdisk_script()))
+        r.run(
+            Stage::Partition,
+            commands::sfdisk(host.tool("sfdisk"), &raw),
+            Some(&layout.sfdisk_script()),
+        )
     })?;
 
     let kernel = w.join("vmlinuz");
@@ -155,35 +116,26 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         // `/vmlinuz` and `/initrd.img` are the symlinks to the installed kernel; `cat` follows them.
         r.run_to_file(
             Stage::RootFs,
-            tree.cmd("cat", &[tree.path.join("vmlinuz").as_os_str()]),
+            tree.cmd("cat", &["--".as_ref(), tree.path.join("vmlinuz").as_os_str()]),
             &kernel,
         )?;
         r.run_to_file(
             Stage::RootFs,
-            tree.cmd("cat", &[tree.path.join("initrd.img").as_os_str()]),
+            tree.cmd("cat", &["--".as_ref(), tree.path.join("initrd.img").as_os_str()]),
             &initrd,
         )?;
         if host.mode == Mode::Unshare {
             set_mode(&raw, 0o666)?;
         }
-        let offset = format!("offset={},nodiscard", layout.root.offset());
-        let size = format!("{}k", layout.root.bytes() / 1024);
-        let mkfs = host.tool("mkfs.ext4").as_os_str();
-        let args: Vec<&std::ffi::OsStr> = vec![
-            "-q".as_ref(),
-            "-F".as_ref(),
-            "-L".as_ref(),
-            "root".as_ref(),
-            "-U".as_ref(),
-            ids.root_uuid.as_ref(),
-            "-E".as_ref(),
-            offset.as_ref(),
-            "-d".as_ref(),
-            tree.path.as_os_str(),
-            raw.as_os_str(),
-            size.as_ref(),
-        ];
-        r.run(Stage::RootFs, tree.cmd(mkfs, &args), None)?;
+        let args = commands::mkfs_ext4_args(
+            &ids.root_uuid,
+            layout.root.offset(),
+            &tree.path,
+            &raw,
+            layout.root.bytes() / 1024,
+        );
+        let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+        r.run(Stage::RootFs, tree.cmd(host.tool("mkfs.ext4"), &args), None)?;
         set_mode(&raw, 0o644)?;
         tree.remove(r)
     })?;
@@ -207,34 +159,34 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
             mkimage(host, "x86_64-efi", GRUB_EFI_DIR, &early, &efi, grub::EFI_MODULES),
             None,
         )?;
-        let mut mkfs = Command::new(host.tool("mkfs.vfat"));
-        mkfs.arg(format!("--offset={}", layout.esp.start))
-            // FAT32 as the UEFI spec asks of an ESP; 512-byte clusters give 62 MiB enough of them.
-            .args(["-F", "32", "-s", "1", "-n", "ESP", "-i", &ids.esp_id.replace('-', "")])
-            .arg(&raw)
-            .arg((layout.esp.bytes() / 1024).to_string());
+        let mkfs = commands::mkfs_vfat(
+            host.tool("mkfs.vfat"),
+            layout.esp.start,
+            &ids.esp_id.replace('-', ""),
+            &raw,
+            layout.esp.bytes() / 1024,
+        );
         r.run(Stage::Esp, mkfs, None)?;
-        let image = format!("{}@@{}", raw.display(), layout.esp.offset());
-        let mut mmd = Command::new(host.tool("mmd"));
-        mmd.env("MTOOLS_SKIP_CHECK", "1")
-            .args(["-i", &image, "::/EFI", "::/EFI/BOOT"]);
-        r.run(Stage::Esp, mmd, None)?;
-        let mut mcopy = Command::new(host.tool("mcopy"));
-        mcopy
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .args(["-i", &image])
-            .arg(&efi)
-            .arg("::/EFI/BOOT/BOOTX64.EFI");
-        r.run(Stage::Esp, mcopy, None)
+        let image = commands::mtools_image(&raw, layout.esp.offset());
+        r.run(
+            Stage::Esp,
+            commands::mmd(host.tool("mmd"), &image, &["::/EFI", "::/EFI/BOOT"]),
+            None,
+        )?;
+        r.run(
+            Stage::Esp,
+            commands::mcopy(host.tool("mcopy"), &image, &efi, "::/EFI/BOOT/BOOTX64.EFI"),
+            None,
+        )
     })?;
 
     let qcow2 = w.join("image.qcow2");
     stage(&mut runner, Stage::Convert, |r| {
-        // Uncompressed: compressed clusters are slower to read and not every VMM's qcow2 reader
-        // handles them; the store keeps one copy however many VMs use it.
-        let mut cmd = Command::new(host.tool("qemu-img"));
-        cmd.args(["convert", "-f", "raw", "-O", "qcow2"]).arg(&raw).arg(&qcow2);
-        r.run(Stage::Convert, cmd, None)?;
+        r.run(
+            Stage::Convert,
+            commands::qemu_img_convert(host.tool("qemu-img"), &raw, &qcow2),
+            None,
+        )?;
         fs::remove_file(&raw).map_err(io_err("cannot remove", &raw))
     })?;
 
@@ -272,13 +224,19 @@ fn stage(
 }
 
 fn mkimage(host: &Host, format: &str, dir: &str, early: &Path, out: &Path, extra: &[&'static str]) -> Command {
-    let mut cmd = Command::new(host.tool("grub-mkimage"));
-    cmd.args(["-O", format, "-d", dir, "-p", "/boot/grub", "-c"])
-        .arg(early)
-        .arg("-o")
-        .arg(out)
-        .args(grub::modules(extra));
-    cmd
+    commands::grub_mkimage(
+        host.tool("grub-mkimage"),
+        format,
+        dir,
+        early,
+        out,
+        &grub::modules(extra),
+    )
+}
+
+/// `p` made absolute against the working directory (not resolved: symlinks stay as given).
+fn absolute(p: &Path) -> Result<PathBuf, BootstrapError> {
+    std::path::absolute(p).map_err(io_err("cannot make an absolute path of", p))
 }
 
 /// What grub-bios-setup does, on the raw file: boot.img into sector 0, core.img into the
@@ -371,7 +329,7 @@ impl TreeGuard<'_> {
             Mode::Root => fs::remove_dir_all(&self.path).map_err(io_err("cannot remove the build tree", &self.path)),
             Mode::Unshare => r.run(
                 Stage::RootFs,
-                self.cmd("rm", &["-rf".as_ref(), self.path.as_os_str()]),
+                self.cmd("rm", &["-rf".as_ref(), "--".as_ref(), self.path.as_os_str()]),
                 None,
             ),
         }
@@ -387,7 +345,7 @@ impl Drop for TreeGuard<'_> {
         let _ = match self.host.mode {
             Mode::Root => fs::remove_dir_all(&self.path).map_err(|_| ()),
             Mode::Unshare => self
-                .cmd("rm", &["-rf".as_ref(), self.path.as_os_str()])
+                .cmd("rm", &["-rf".as_ref(), "--".as_ref(), self.path.as_os_str()])
                 .status()
                 .map(|_| ())
                 .map_err(|_| ()),
@@ -398,11 +356,6 @@ impl Drop for TreeGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stage_numbers_count_from_one() {
-        assert_eq!((Stage::Packages.number(), Stage::Digest.number()), (1, 7));
-    }
 
     #[test]
     fn esp_id_is_fat_volume_id() {

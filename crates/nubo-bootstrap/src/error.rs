@@ -20,8 +20,10 @@ pub enum BootstrapError {
         size: nubo_core::ByteSize,
         min: nubo_core::ByteSize,
     },
-    #[error("package name `{0}` is not a Debian package name (lowercase letters, digits, `+`, `-`, `.`)")]
+    #[error("package `{0}` is not a Debian package name (lowercase letters, digits, `+`, `-`, `.`), optionally with `=VERSION` or `/SUITE`")]
     BadPackage(String),
+    #[error("mirror `{mirror}` is refused: {why}: give the archive's URL, such as http://deb.debian.org/debian")]
+    BadMirror { mirror: String, why: String },
     #[error("{stage} failed: `{command}` exited with {status}{}", tail_text(.log_tail))]
     Command {
         stage: &'static str,
@@ -60,9 +62,10 @@ impl BootstrapError {
         match self {
             BootstrapError::UnknownRelease(_) => ErrorKind::NotFound,
             BootstrapError::MissingTools(_) | BootstrapError::NoPrivilege(_) => ErrorKind::Unavailable,
-            BootstrapError::NoMirror(_) | BootstrapError::TooSmall { .. } | BootstrapError::BadPackage(_) => {
-                ErrorKind::InvalidInput
-            }
+            BootstrapError::NoMirror(_)
+            | BootstrapError::TooSmall { .. }
+            | BootstrapError::BadPackage(_)
+            | BootstrapError::BadMirror { .. } => ErrorKind::InvalidInput,
             BootstrapError::Command { .. } | BootstrapError::Spawn { .. } | BootstrapError::Io { .. } => ErrorKind::Io,
             BootstrapError::Malformed(_) => ErrorKind::Integrity,
         }

@@ -10,6 +10,7 @@
 //! tested; [`build`](build::build) runs the tools and is exercised by the live tests.
 
 pub mod build;
+pub mod commands;
 pub mod digest;
 pub mod error;
 pub mod grub;
@@ -19,6 +20,7 @@ pub mod mirror;
 pub mod recipe;
 pub mod rootfs;
 mod run;
+pub mod stage;
 
 pub use build::{build, BuildSpec, Built, Progress, Stage};
 pub use error::BootstrapError;

@@ -93,8 +93,14 @@ impl Recipe {
         if size < MIN_SIZE {
             return Err(BootstrapError::TooSmall { size, min: MIN_SIZE });
         }
-        if let Some(bad) = extra_packages.iter().find(|p| !is_package_name(p)) {
-            return Err(BootstrapError::BadPackage(bad.clone()));
+        if let Some(bad) = extra_packages.iter().find(|p| !is_package_spec(p)) {
+            return Err(BootstrapError::BadPackage(quote(bad)));
+        }
+        if let Err(why) = check_mirror(&mirror) {
+            return Err(BootstrapError::BadMirror {
+                mirror: quote(&mirror),
+                why,
+            });
         }
         // Whole MiB keep every partition boundary aligned.
         let size = ByteSize(size.bytes() / MIB * MIB);
@@ -136,13 +142,73 @@ impl Recipe {
     }
 }
 
+/// A package as apt takes it: `NAME`, `NAME=VERSION` or `NAME/SUITE`. Checked because it reaches
+/// mmdebstrap's command line (`--include=a,b`): no character here can start an option, end
+/// the list or leave the argument.
+fn is_package_spec(p: &str) -> bool {
+    if let Some((name, version)) = p.split_once('=') {
+        is_package_name(name) && is_version(version)
+    } else if let Some((name, suite)) = p.split_once('/') {
+        is_package_name(name) && is_suite(suite)
+    } else {
+        is_package_name(p)
+    }
+}
+
 /// Debian policy §5.6.1: lowercase alphanumerics and `+ - .`, at least two characters, starting
-/// alphanumeric. Checked because the names reach mmdebstrap's command line.
+/// alphanumeric.
 fn is_package_name(p: &str) -> bool {
     p.len() >= 2
         && p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && p.chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '+' | '-' | '.'))
+}
+
+/// Debian policy §5.6.12: `[epoch:]upstream[-revision]`, alphanumerics and `. + ~ : -`; the
+/// upstream part starts with a digit (so does an epoch).
+fn is_version(v: &str) -> bool {
+    v.starts_with(|c: char| c.is_ascii_digit())
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '~' | ':' | '-'))
+}
+
+/// A suite or code name as apt's `pkg/suite` takes it (`bookworm-backports`, `stable`).
+fn is_suite(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '.' | '-'))
+}
+
+/// URL schemes mmdebstrap is given: the archive over HTTP(S), or a local mirror on disk.
+const MIRROR_SCHEMES: &[&str] = &["http://", "https://", "file:/"];
+
+/// Why `m` is not a Debian archive URL nubo passes to mmdebstrap, or `Ok`. mmdebstrap also
+/// takes a mirror argument that is a file of apt sources, `-` for stdin or a whole `deb ...`
+/// line: only a URL with a scheme is accepted, with nothing that would split it into words.
+fn check_mirror(m: &str) -> Result<(), String> {
+    let Some(scheme) = MIRROR_SCHEMES.iter().find(|s| m.starts_with(**s)) else {
+        return Err("it is not an http://, https:// or file:/ URL".into());
+    };
+    if let Some(c) = m
+        .chars()
+        .find(|c| !c.is_ascii_graphic() || matches!(c, '\'' | '"' | '`' | '\\' | '<' | '>' | '{' | '}' | '|' | '^'))
+    {
+        return Err(format!(
+            "`{}` is not allowed in a URL (percent-encode it; write an international host name in its xn-- form)",
+            c.escape_default()
+        ));
+    }
+    if m.len() == scheme.len() {
+        return Err("it has no host or path".into());
+    }
+    Ok(())
+}
+
+/// At most 60 characters of user text, control characters escaped, for an error message.
+fn quote(text: &str) -> String {
+    let shown: String = text.chars().take(60).collect();
+    let cut = if shown.len() < text.len() { "..." } else { "" };
+    format!("{}{cut}", nubo_core::file::escape_control(&shown))
 }
 
 #[cfg(test)]
@@ -209,6 +275,91 @@ mod tests {
         );
 
         assert!(matches!(r, Err(BootstrapError::BadPackage(_))));
+    }
+
+    fn with_packages(p: &[&str]) -> Result<Recipe, BootstrapError> {
+        Recipe::new(
+            bookworm(),
+            "http://m/debian".into(),
+            DEFAULT_SIZE,
+            p.iter().map(|s| s.to_string()).collect(),
+        )
+    }
+
+    fn with_mirror(m: &str) -> Result<Recipe, BootstrapError> {
+        Recipe::new(bookworm(), m.into(), DEFAULT_SIZE, vec![])
+    }
+
+    #[test]
+    fn new_option_shaped_packages_refused() {
+        for p in [
+            "-x",
+            "--customize-hook=touch /tmp/x",
+            "-oProxyCommand=x",
+            "vim,--customize-hook=x",
+        ] {
+            let r = with_packages(&[p]);
+
+            assert!(matches!(r, Err(BootstrapError::BadPackage(_))), "{p}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn new_version_and_suite_pins_accepted() {
+        let r = with_packages(&["vim=2:9.0.1378-2", "curl/bookworm-backports", "g++"]);
+
+        assert!(r.is_ok(), "{r:?}");
+    }
+
+    #[test]
+    fn new_bad_version_or_suite_refused() {
+        for p in ["vim=", "vim=abc", "vim=1 x", "vim/", "vim/-x", "vim=1=2", "vim/a/b"] {
+            let r = with_packages(&[p]);
+
+            assert!(matches!(r, Err(BootstrapError::BadPackage(_))), "{p}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn new_bad_package_error_escapes_control_characters() {
+        let e = with_packages(&["\x1b[2Jvim"]).unwrap_err();
+
+        assert!(
+            !e.to_string().contains('\x1b') && e.to_string().contains("\\u{1b}"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn new_option_shaped_or_non_url_mirrors_refused() {
+        for m in [
+            "--customize-hook=touch /tmp/x",
+            "-x",
+            "-",
+            "/etc/apt/sources.list",
+            "deb http://m/debian bookworm main",
+            "http://m/debian extra",
+            "http://m/debian\ndeb http://evil/ x main",
+            "http://",
+            "ftp://m/debian",
+            "http://m/debian'$(touch /tmp/x)'",
+        ] {
+            let r = with_mirror(m);
+
+            assert!(matches!(r, Err(BootstrapError::BadMirror { .. })), "{m}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn new_mirror_urls_accepted() {
+        for m in [
+            "http://deb.debian.org/debian",
+            "https://m.example:8443/debian/",
+            "file:///srv/mirror/debian",
+            "file:/srv/mirror/debian",
+        ] {
+            assert!(with_mirror(m).is_ok(), "{m}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::commands::operand;
 use crate::grub;
 use crate::recipe::Recipe;
 
@@ -92,7 +93,9 @@ pub fn mmdebstrap_args(
     cache: Option<&Path>,
     target: &Path,
 ) -> Vec<String> {
-    let q = |p: &Path| shell_quote(&p.display().to_string());
+    // mmdebstrap's special hooks split their text with shellwords and hand the words to tar
+    // and friends: quoted, and never starting with `-`.
+    let q = |p: &Path| shell_quote(&operand(p).display().to_string());
     let mut a = vec![
         format!("--mode={mode}"),
         "--variant=minbase".into(),
@@ -110,8 +113,11 @@ pub fn mmdebstrap_args(
     }
     a.push(format!("--customize-hook=sync-in {} /", q(overlay_dir)));
     a.push(format!("--customize-hook={}", customize_script()));
+    // mmdebstrap's Getopt::Long permutes: without `--`, a positional that looks like an option
+    // (a mirror of `--customize-hook=...`) would be parsed as one.
+    a.push("--".into());
     a.push(recipe.release.suite.into());
-    a.push(target.display().to_string());
+    a.push(operand(target).display().to_string());
     a.push(recipe.mirror.clone());
     a
 }
@@ -188,7 +194,47 @@ mod tests {
 
         assert!(a.contains(&"--skip=download/empty".to_string()));
         assert!(a.contains(&"--customize-hook=sync-out /var/cache/apt/archives '/c/debs'".to_string()));
-        assert_eq!(&a[a.len() - 3..], &["bookworm", "/w/root", "http://m/debian"]);
+        assert_eq!(&a[a.len() - 4..], &["--", "bookworm", "/w/root", "http://m/debian"]);
+    }
+
+    /// Defence in depth: even a recipe built without `Recipe::new`'s checks cannot smuggle an
+    /// option in through the mirror, the target or the cache directory.
+    #[test]
+    fn mmdebstrap_args_option_shaped_values_land_as_operands() {
+        let r = Recipe {
+            release: Release::find("debian", "12").unwrap(),
+            mirror: "--customize-hook=touch /tmp/x".into(),
+            size: DEFAULT_SIZE,
+            extra_packages: vec![],
+        };
+
+        let a = mmdebstrap_args(
+            &r,
+            "root",
+            &PathBuf::from("-x"),
+            Some(&PathBuf::from("-oProxyCommand=x")),
+            &PathBuf::from("--customize-hook=y"),
+        );
+
+        let dashes = a.iter().position(|x| x == "--").unwrap();
+        assert_eq!(
+            &a[dashes..],
+            &[
+                "--",
+                "bookworm",
+                "./--customize-hook=y",
+                "--customize-hook=touch /tmp/x"
+            ]
+        );
+        assert!(a.contains(&"--customize-hook=sync-in './-x' /".to_string()), "{a:?}");
+        assert!(
+            a.contains(&"--setup-hook=sync-in './-oProxyCommand=x' /var/cache/apt/archives".to_string()),
+            "{a:?}"
+        );
+        assert!(
+            !a[..dashes].iter().any(|x| x.starts_with("--customize-hook=touch")),
+            "{a:?}"
+        );
     }
 
     #[test]

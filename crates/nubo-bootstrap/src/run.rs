@@ -6,8 +6,10 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::build::{Progress, Stage};
+use nubo_core::file::escape_control;
+
 use crate::error::{io_err, BootstrapError};
+use crate::stage::{Progress, Stage};
 
 /// How many lines of a failed command's output the error carries.
 const TAIL_LINES: usize = 25;
@@ -45,7 +47,7 @@ impl Runner<'_> {
         if let Some(err) = child.stderr.take() {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
                 let _ = writeln!(log, "{line}");
-                self.progress.detail(stage, &line);
+                self.progress.detail(stage, &escape_control(&line));
             }
         }
         let status = child.wait().map_err(|source| BootstrapError::Spawn {
@@ -60,7 +62,8 @@ impl Runner<'_> {
             stage: stage.label(),
             command: shown,
             status: status.to_string(),
-            log_tail: tail(&self.log, start),
+            // The tools' output carries text from the mirror: never raw to a terminal.
+            log_tail: escape_control(&tail(&self.log, start)),
         })
     }
 
@@ -82,7 +85,7 @@ impl Runner<'_> {
             stage: stage.label(),
             command: shown,
             status: out.status.to_string(),
-            log_tail: String::from_utf8_lossy(&out.stderr).trim_end().to_owned(),
+            log_tail: escape_control(String::from_utf8_lossy(&out.stderr).trim_end()),
         })
     }
 }
@@ -109,6 +112,36 @@ fn tail(log: &Path, from: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    struct Lines(Vec<String>);
+
+    impl Progress for Lines {
+        fn started(&mut self, _stage: Stage) {}
+        fn detail(&mut self, _stage: Stage, line: &str) {
+            self.0.push(line.to_owned());
+        }
+        fn finished(&mut self, _stage: Stage, _elapsed: std::time::Duration) {}
+    }
+
+    #[test]
+    fn run_tool_output_reaches_progress_and_error_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut lines = Lines(Vec::new());
+        let mut runner = Runner {
+            log: dir.path().join("log"),
+            progress: &mut lines,
+        };
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "printf 'E: \\033[2Jgone\\n' >&2; exit 3"]);
+
+        let err = runner.run(Stage::Packages, cmd, None).unwrap_err();
+
+        assert!(
+            !err.to_string().contains('\x1b') && err.to_string().contains("\\u{1b}[2Jgone"),
+            "{err}"
+        );
+        assert_eq!(lines.0, ["E: \\u{1b}[2Jgone"]);
+    }
 
     #[test]
     fn tail_keeps_last_lines_after_offset() {

@@ -27,8 +27,9 @@ impl Settings {
     pub fn from_env(_cli: &Cli) -> anyhow::Result<Settings> {
         let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
         let env = RootEnv {
-            nubo_root: var("NUBO_ROOT").map(PathBuf::from),
-            nubo_run_dir: var("NUBO_RUN_DIR").map(PathBuf::from),
+            // Kept even when empty: `NUBO_ROOT=` is a mistake Roots refuses, never the default.
+            nubo_root: std::env::var_os("NUBO_ROOT").map(PathBuf::from),
+            nubo_run_dir: std::env::var_os("NUBO_RUN_DIR").map(PathBuf::from),
             xdg_data_home: var("XDG_DATA_HOME").map(PathBuf::from),
             xdg_runtime_dir: var("XDG_RUNTIME_DIR").map(PathBuf::from),
             home: var("HOME").map(PathBuf::from),

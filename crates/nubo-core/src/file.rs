@@ -28,9 +28,7 @@ pub enum FileError {
     },
     #[error("{what} {path} is larger than the {max} bytes nubo reads for it: give a smaller file")]
     TooLarge { what: String, path: PathBuf, max: u64 },
-    #[error(
-        "output {path} exists and is {kind}: nubo only replaces regular files; remove it or choose another path"
-    )]
+    #[error("output {path} exists and is {kind}: nubo only replaces regular files; remove it or choose another path")]
     OutputNotRegular { path: PathBuf, kind: &'static str },
 }
 

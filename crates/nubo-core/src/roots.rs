@@ -3,7 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-/// The environment values root resolution depends on, read once by the binary.
+/// The environment values root resolution depends on, read once by the binary. `NUBO_ROOT` and
+/// `NUBO_RUN_DIR` are passed as read, empty or not: set but empty is an error (it is almost
+/// always a script's unset variable, and silently meaning the default root would put VMs and
+/// images somewhere the user did not ask for). A relative path is refused as well: nubo's
+/// records keep absolute paths, and one resolved against the current directory would change
+/// meaning with it.
 #[derive(Debug, Clone, Default)]
 pub struct RootEnv {
     pub nubo_root: Option<PathBuf>,
@@ -28,8 +33,10 @@ pub enum RootsError {
     NoDataDir,
     #[error("cannot place nubo's sockets: neither NUBO_RUN_DIR nor XDG_RUNTIME_DIR is set; set NUBO_RUN_DIR (e.g. /tmp/nubo-$UID)")]
     NoRunDir,
-    #[error("{var} must be an absolute path, got `{}`", path.display())]
+    #[error("{var} must be an absolute path, got `{}`: give an absolute path (e.g. `$PWD/{}`)", path.display(), path.display())]
     Relative { var: &'static str, path: PathBuf },
+    #[error("{var} is set but empty: unset it (`unset {var}`) to use the default, or set it to an absolute path")]
+    Empty { var: &'static str },
 }
 
 /// `sun_path` is 108 bytes including the terminating NUL.
@@ -84,7 +91,9 @@ impl Roots {
 }
 
 fn absolute(var: &'static str, p: &Path) -> Result<PathBuf, RootsError> {
-    if p.is_absolute() {
+    if p.as_os_str().is_empty() {
+        Err(RootsError::Empty { var })
+    } else if p.is_absolute() {
         Ok(p.to_path_buf())
     } else {
         Err(RootsError::Relative {
@@ -165,6 +174,31 @@ mod tests {
             Roots::resolve(&env),
             Err(RootsError::Relative { var: "NUBO_ROOT", .. })
         ));
+    }
+
+    #[test]
+    fn resolve_empty_nubo_root_names_variable_and_fix() {
+        let env = RootEnv {
+            nubo_root: Some(PathBuf::new()),
+            is_root: true,
+            ..Default::default()
+        };
+
+        let err = Roots::resolve(&env).unwrap_err();
+
+        assert_eq!(err, RootsError::Empty { var: "NUBO_ROOT" });
+        assert!(err.to_string().contains("unset NUBO_ROOT"), "{err}");
+    }
+
+    #[test]
+    fn resolve_empty_run_dir_rejected() {
+        let env = RootEnv {
+            nubo_run_dir: Some(PathBuf::new()),
+            is_root: true,
+            ..Default::default()
+        };
+
+        assert_eq!(Roots::resolve(&env), Err(RootsError::Empty { var: "NUBO_RUN_DIR" }));
     }
 
     #[test]

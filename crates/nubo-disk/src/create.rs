@@ -8,13 +8,15 @@ use std::path::Path;
 use nubo_core::ByteSize;
 
 use crate::error::DiskError;
-use crate::inspect::{inspect_as, MAX_BACKING_DEPTH};
+use crate::inspect::inspect_as;
+use crate::inspector::Usage;
 use crate::layout::{layout, BackingRef, Layout};
 use crate::qcow2::CryptMethod;
 use crate::Format;
 
 /// Creates `out`, an empty qcow2 v3 overlay over `base` (opened as `base_format`, which must be
-/// what the file is unless raw). The overlay records the base's absolute path and its format,
+/// what the file is). The base must pass the untrusted inspector and be bootable as a base
+/// ([`crate::inspect_base`]): self-contained, so the overlay's chain is exactly two files. The overlay records the base's absolute path and its format,
 /// so qemu never probes the base. `virtual_size` defaults to the base's (rounded up to whole
 /// sectors) and may only grow it: growing a disk is giving its overlay a larger size.
 pub fn create_overlay(
@@ -25,10 +27,10 @@ pub fn create_overlay(
 ) -> Result<(), DiskError> {
     let base_abs = fs::canonicalize(base).map_err(|e| DiskError::io("resolve", base, e))?;
     let info = inspect_as(&base_abs, base_format)?;
-    if info.chain_depth + 1 > MAX_BACKING_DEPTH {
-        return Err(DiskError::ChainTooDeep {
-            path: out.to_path_buf(),
-            max: MAX_BACKING_DEPTH,
+    if info.usage != Usage::Base {
+        return Err(DiskError::NotBase {
+            path: base_abs,
+            format: info.format,
         });
     }
     if info.qcow2.as_ref().is_some_and(|h| h.crypt_method != CryptMethod::None) {
@@ -108,7 +110,8 @@ fn fill(file: &File, out: &Path, layout: &Layout) -> Result<(), DiskError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inspect::inspect;
+    use crate::inspect::{inspect, inspect_overlay_chain};
+    use crate::inspector::Rejection;
     use std::path::PathBuf;
 
     fn raw(dir: &Path, len: usize) -> PathBuf {
@@ -140,7 +143,7 @@ mod tests {
 
         create_overlay(&base, Format::Raw, &out, None).unwrap();
 
-        let info = inspect(&out).unwrap();
+        let info = inspect_overlay_chain(&out).unwrap();
         assert_eq!(info.virtual_size, 1024);
         assert_eq!(info.chain_depth, 1);
         let backing = info.backing.unwrap();
@@ -148,18 +151,29 @@ mod tests {
         assert_eq!(backing.format, Some(Format::Raw));
     }
 
+    /// Regression (issue 9): a base with a backing file made nubo's overlay a door to whatever
+    /// file the base named; bases must be self-contained now.
     #[test]
-    fn create_overlay_over_overlay_deepens_chain() {
+    fn create_overlay_over_overlay_is_refused_without_residue() {
         let dir = tempfile::tempdir().unwrap();
         let base = raw(dir.path(), 4096);
         let mid = dir.path().join("mid.qcow2");
         let top = dir.path().join("top.qcow2");
         create_overlay(&base, Format::Raw, &mid, None).unwrap();
 
-        create_overlay(&mid, Format::Qcow2, &top, Some(1 << 20)).unwrap();
+        let err = create_overlay(&mid, Format::Qcow2, &top, Some(1 << 20)).unwrap_err();
 
-        let info = inspect(&top).unwrap();
-        assert_eq!((info.chain_depth, info.virtual_size), (2, 1 << 20));
+        assert!(
+            matches!(
+                err,
+                DiskError::Refused {
+                    reason: Rejection::Backing(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(!top.exists());
     }
 
     #[test]
@@ -229,35 +243,12 @@ mod tests {
         assert_eq!(err.kind(), nubo_core::ErrorKind::NotFound);
     }
 
-    #[test]
-    fn create_overlay_beyond_depth_bound_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut below = raw(dir.path(), 4096);
-        let mut format = Format::Raw;
-        for i in 0..MAX_BACKING_DEPTH {
-            let next = dir.path().join(format!("l{i}.qcow2"));
-            create_overlay(&below, format, &next, None).unwrap();
-            (below, format) = (next, Format::Qcow2);
-        }
-
-        let err = create_overlay(&below, format, &dir.path().join("deep.qcow2"), None).unwrap_err();
-
-        assert!(matches!(
-            err,
-            DiskError::ChainTooDeep {
-                max: MAX_BACKING_DEPTH,
-                ..
-            }
-        ));
-        assert!(!dir.path().join("deep.qcow2").exists());
-    }
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
 
         /// Through the file system this time: what create writes, inspect reads back.
         #[test]
-        fn create_overlay_any_size_round_trips_through_inspect(extra_sectors in 0u64..(1u64 << 40)) {
+        fn create_overlay_any_size_round_trips_through_inspect(extra_sectors in 0u64..(crate::MAX_VIRTUAL_SIZE / 512 - 3)) {
             let dir = tempfile::tempdir().unwrap();
             let base = raw(dir.path(), 1536);
             let out = dir.path().join("o.qcow2");
@@ -265,7 +256,7 @@ mod tests {
 
             create_overlay(&base, Format::Raw, &out, Some(size)).unwrap();
 
-            let info = inspect(&out).unwrap();
+            let info = inspect_overlay_chain(&out).unwrap();
             proptest::prop_assert_eq!(info.virtual_size, size);
             proptest::prop_assert_eq!(info.qcow2.unwrap().virtual_size, size);
         }

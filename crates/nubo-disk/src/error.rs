@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use nubo_core::{ByteSize, ErrorKind};
 
+use crate::inspector::Rejection;
 use crate::Format;
 
 /// Why a run of bytes is not an image header nubo accepts. Pure: it names no file.
@@ -15,9 +16,7 @@ pub enum HeaderError {
     Truncated { format: Format, need: usize, got: usize },
     #[error("no {format} magic at the start: the file is not a {format} image")]
     BadMagic { format: Format },
-    #[error(
-        "qcow2 version {0} is not supported: only versions 2 and 3 exist (convert with `qemu-img convert -O qcow2`)"
-    )]
+    #[error("qcow2 version {0} does not exist: only versions 2 and 3 do")]
     Version(u32),
     #[error("qcow2 cluster_bits {0} is outside 9..=21: the header is corrupt")]
     ClusterBits(u32),
@@ -65,6 +64,14 @@ pub enum DiskError {
         #[source]
         source: HeaderError,
     },
+    /// The inspector refused the image; the reason says what it is and the fix.
+    #[error("disk image `{path}` {reason}")]
+    Refused { path: PathBuf, reason: Rejection },
+    /// Not a regular file (a FIFO, a device, a directory), or it could not be opened.
+    #[error(transparent)]
+    File(#[from] nubo_core::FileError),
+    #[error("disk image `{path}` is a {format} image, which nubo converts but does not boot: import it with `nubo image import`, which converts it to qcow2")]
+    NotBase { path: PathBuf, format: Format },
     #[error("disk image `{0}` does not exist: check the path")]
     NotFound(PathBuf),
     #[error(
@@ -88,14 +95,8 @@ pub enum DiskError {
         expected: Format,
         found: Format,
     },
-    #[error("disk image `{path}` names backing format `{name}`, which nubo does not know: flatten it with `qemu-img convert -O qcow2`")]
-    UnknownBackingFormat { path: PathBuf, name: String },
-    #[error("disk image `{path}` has backing file `{name}`, a protocol or JSON name nubo refuses to follow: rebase it onto a local file")]
-    BackingProtocol { path: PathBuf, name: String },
     #[error("disk image `{path}` is encrypted: nubo does not open encrypted images")]
     Encrypted { path: PathBuf },
-    #[error("disk image `{path}` needs qcow2 features nubo does not support ({what}): flatten it with `qemu-img convert -O qcow2`")]
-    Features { path: PathBuf, what: String },
     #[error("backing chain of `{path}` is deeper than {max} images: flatten it with `qemu-img convert -O qcow2`")]
     ChainTooDeep { path: PathBuf, max: u32 },
     #[error("backing chain of `{path}` loops back to `{repeated}`: the chain is corrupt or malicious")]
@@ -121,10 +122,9 @@ impl DiskError {
             DiskError::NotFound(_) | DiskError::MissingBacking { .. } => ErrorKind::NotFound,
             DiskError::AlreadyExists(_) => ErrorKind::AlreadyExists,
             DiskError::Io { .. } => ErrorKind::Io,
-            DiskError::UnknownBackingFormat { .. }
-            | DiskError::BackingProtocol { .. }
-            | DiskError::Encrypted { .. }
-            | DiskError::Features { .. } => ErrorKind::Unsupported,
+            DiskError::Refused { reason, .. } => reason.kind(),
+            DiskError::File(e) => e.kind(),
+            DiskError::Encrypted { .. } | DiskError::NotBase { .. } => ErrorKind::Unsupported,
             DiskError::FormatMismatch { .. }
             | DiskError::ChainTooDeep { .. }
             | DiskError::ChainLoop { .. }
@@ -145,10 +145,5 @@ impl DiskError {
             io::ErrorKind::AlreadyExists => DiskError::AlreadyExists(path),
             _ => DiskError::Io { action, path, source },
         }
-    }
-
-    pub(crate) fn at(path: impl Into<PathBuf>) -> impl FnOnce(HeaderError) -> Self {
-        let path = path.into();
-        move |source| DiskError::Invalid { path, source }
     }
 }

@@ -82,19 +82,7 @@ fn vdi(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
 /// use `current_size` or the geometry is saturated (block/vpc.c).
 fn vpc(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
     let r = Be(b, Format::Vpc);
-    const MAX_GEOMETRY: u64 = 65535 * 16 * 255;
-    let creator = r.slice(28, 4)?;
-    let current_size = r.u64(48)?;
-    let cyls = u64::from(u16::from_be_bytes([r.u8(56)?, r.u8(57)?]));
-    let chs_sectors = cyls * u64::from(r.u8(58)?) * u64::from(r.u8(59)?);
-    let trusts_current = [b"win ", b"qem2", b"d2v ", b"CTXS", b"tap\0"]
-        .iter()
-        .any(|c| creator == *c);
-    let virtual_size = if trusts_current || chs_sectors == MAX_GEOMETRY {
-        current_size / SECTOR * SECTOR
-    } else {
-        chs_sectors * SECTOR
-    };
+    let virtual_size = vpc_footer(b)?;
     // Dynamic and differencing disks keep their block size in the header the footer points at.
     const DYNAMIC: u32 = 3;
     const DIFFERENCING: u32 = 4;
@@ -120,6 +108,24 @@ fn vpc(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
     })
 }
 
+/// The virtual size a VHD footer (`footer`: its 512 bytes) gives, as QEMU computes it.
+pub fn vpc_footer(footer: &[u8]) -> Result<u64, HeaderError> {
+    let r = Be(footer, Format::Vpc);
+    const MAX_GEOMETRY: u64 = 65535 * 16 * 255;
+    let creator = r.slice(28, 4)?;
+    let current_size = r.u64(48)?;
+    let cyls = u64::from(u16::from_be_bytes([r.u8(56)?, r.u8(57)?]));
+    let chs_sectors = cyls * u64::from(r.u8(58)?) * u64::from(r.u8(59)?);
+    let trusts_current = [b"win ", b"qem2", b"d2v ", b"CTXS", b"tap\0"]
+        .iter()
+        .any(|c| creator == *c);
+    Ok(if trusts_current || chs_sectors == MAX_GEOMETRY {
+        current_size / SECTOR * SECTOR
+    } else {
+        chs_sectors * SECTOR
+    })
+}
+
 /// VHDX's region table lives at 192 KiB.
 pub const VHDX_REGION_TABLE_AT: usize = 192 << 10;
 const VHDX_REGION_TABLE_LEN: usize = 64 << 10;
@@ -140,6 +146,13 @@ const GUID_VIRTUAL_DISK_SIZE: [u8; 16] = guid(
     0xcd1b,
     0x4876,
     [0xb2, 0x11, 0x5d, 0xbe, 0xd8, 0x3b, 0xf4, 0xb8],
+);
+
+const GUID_PARENT_LOCATOR: [u8; 16] = guid(
+    0xa8d3_5f2d,
+    0xb30b,
+    0x454d,
+    [0xab, 0xf7, 0xd3, 0xd8, 0x48, 0x34, 0xab, 0x0c],
 );
 
 /// GUIDs as Microsoft lays them out: the first three fields little-endian.
@@ -195,6 +208,29 @@ pub fn parse_vhdx(meta: &[u8]) -> Result<ForeignInfo, HeaderError> {
         virtual_size,
         cluster_size: block,
     })
+}
+
+/// Whether the VHDX metadata region (`meta`) describes a differencing disk: the HasParent flag
+/// of the file parameters, or a parent locator item. Either makes QEMU (or a newer one) look for
+/// another file.
+pub fn vhdx_has_parent(meta: &[u8]) -> Result<bool, HeaderError> {
+    const HAS_PARENT: u32 = 1 << 1;
+    let r = Le(meta, Format::Vhdx);
+    let count = usize::from(u16::from_le_bytes([r.u8(10)?, r.u8(11)?]));
+    for i in 0..count {
+        let at = 32 + i * 32;
+        let id = r.slice(at, 16)?;
+        if id == GUID_PARENT_LOCATOR {
+            return Ok(true);
+        }
+        if id == GUID_FILE_PARAMETERS {
+            let item = r.u32(at + 16)? as usize;
+            if r.u32(item.saturating_add(4))? & HAS_PARENT != 0 {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
 }
 
 fn invalid(format: Format, field: &'static str, why: &str) -> HeaderError {

@@ -1,36 +1,42 @@
-//! Inspecting an image on disk and following its backing chain.
+//! Inspecting an image file: the file-level entry points around the pure inspector. Every one
+//! opens the path it is given with `O_NONBLOCK` and refuses anything but a regular file before
+//! reading a byte (a FIFO cannot hang nubo, `/dev/zero` is not read as a disk), then hands the
+//! open file, and only it, to [`crate::inspector`].
+//!
+//! [`inspect`] is for every image from outside nubo. [`inspect_overlay_chain`] alone follows
+//! backing files, and only for files nubo made itself.
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::error::DiskError;
-use crate::foreign::{self, FOREIGN_HEADER_LEN, VHDX_REGION_TABLE_AT};
-use crate::qcow2::{self, Qcow2Header, INCOMPAT_DATA_FILE};
-use crate::{sniff, Format, SNIFF_LEN};
+use crate::inspector::{self, InspectError, Policy, Usage};
+use crate::qcow2::Qcow2Header;
+use crate::source::FileSource;
+use crate::Format;
 
-/// The deepest backing chain nubo follows. nubo itself makes chains of two (verified base and
-/// the VM's overlay) or three (with a snapshot layer); 8 leaves room for images built
-/// elsewhere, while an unbounded chain from a downloaded image would make every inspection
-/// and every guest read walk as many files as the image's author liked.
+/// The deepest backing chain [`inspect_overlay_chain`] follows. nubo itself makes chains of two
+/// (verified base and the VM's overlay) or three (with a snapshot layer); 8 leaves room, while
+/// an unbounded chain would make every inspection and every guest read walk as many files as
+/// a bug liked.
 pub const MAX_BACKING_DEPTH: u32 = 8;
-
-/// qcow2 clusters are at most 2 MiB, so the first cluster read for the header is bounded.
-const MAX_CLUSTER: usize = 2 << 20;
-/// qemu-img makes 1 MiB VHDX metadata regions; anything larger is not one nubo reads.
-const MAX_VHDX_METADATA: u32 = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DiskInfo {
     pub format: Format,
+    /// What nubo may do with it: boot it as a base, or only convert it.
+    pub usage: Usage,
     /// Bytes the guest sees.
     pub virtual_size: u64,
     /// Bytes allocated on the host's disk for this file alone (sparse files count what is
     /// allocated, as `qemu-img info`'s "disk size" does).
     pub actual_size: u64,
     pub cluster_size: Option<u32>,
+    /// Always `None` from [`inspect`] (an image with a backing file is refused); set by
+    /// [`inspect_overlay_chain`].
     pub backing: Option<Backing>,
     /// How many images lie below this one (0: no backing file).
     pub chain_depth: u32,
@@ -42,25 +48,54 @@ pub struct DiskInfo {
 pub struct Backing {
     /// The backing file, resolved against the image's directory when stored relative.
     pub file: PathBuf,
-    /// The format the image records for it; `None` means qemu would probe it.
+    /// The format the image records for it (nubo's overlays always record one).
     pub format: Option<Format>,
 }
 
-/// Inspects `path`, sniffing its format, and walks its whole backing chain, refusing chains
-/// deeper than [`MAX_BACKING_DEPTH`], loops, protocol names and qcow2 features nubo cannot
-/// account for (external data files, unknown incompatible bits).
+/// Inspects an image from outside nubo (import, pull, `--url-img`, `--disk`, convert): the
+/// format is identified from the bytes, and the image accepted only when it is on the allowlist
+/// and self-contained (see [`crate::inspector`]). Opens `path` and nothing else.
 pub fn inspect(path: &Path) -> Result<DiskInfo, DiskError> {
-    inspect_chain(path, None)
+    Ok(inspect_one(path, Policy::Untrusted)?.0)
 }
 
-/// Like [`inspect`], but opens `path` as `format` the way qemu would with `format=`: a raw
-/// image is not probed, and any other format must be what the file is.
+/// [`inspect`], returning the open file as well: a caller that hands the image to another
+/// program (qemu-img) passes this descriptor, so the program reads exactly the bytes inspected,
+/// whatever is renamed onto `path` meanwhile.
+pub fn open_inspected(path: &Path) -> Result<(DiskInfo, File), DiskError> {
+    let (info, _, src) = inspect_one(path, Policy::Untrusted)?;
+    Ok((info, src.into_file()))
+}
+
+/// [`inspect`], and the image must be what `format` says (a declared raw image may be an ISO,
+/// which QEMU reads with the raw driver too).
 pub fn inspect_as(path: &Path, format: Format) -> Result<DiskInfo, DiskError> {
-    inspect_chain(path, Some(format))
+    let info = inspect(path)?;
+    check_declared(path, format, info.format)?;
+    Ok(info)
 }
 
-fn inspect_chain(path: &Path, format: Option<Format>) -> Result<DiskInfo, DiskError> {
-    let (mut top, id) = inspect_one(path, format)?;
+/// [`inspect`], and the image must be one nubo boots as a base under an overlay (qcow2, raw,
+/// ISO, sparse VMDK); VDI, VHDX and VHD are refused with the fix (import them, which converts
+/// them). What `vm create --disk` calls.
+pub fn inspect_base(path: &Path) -> Result<DiskInfo, DiskError> {
+    let info = inspect(path)?;
+    if info.usage != Usage::Base {
+        return Err(DiskError::NotBase {
+            path: path.to_path_buf(),
+            format: info.format,
+        });
+    }
+    Ok(info)
+}
+
+/// Inspects a qcow2 overlay **nubo made itself** (a VM's disk, a snapshot layer) and walks its
+/// backing chain. Never for a file a user named: the chain is followed, so a hostile image
+/// would have nubo read the files it names. Each link must record its backing file's format
+/// (nothing is probed) and be a local path; the chain is bounded by [`MAX_BACKING_DEPTH`] and
+/// loops are refused; the bottom image must pass [`inspect`]'s rules.
+pub fn inspect_overlay_chain(path: &Path) -> Result<DiskInfo, DiskError> {
+    let (mut top, id, _) = inspect_one(path, Policy::OwnOverlay)?;
     let mut seen = vec![id];
     let mut next = top.backing.clone();
     let mut image = path.to_path_buf();
@@ -72,13 +107,16 @@ fn inspect_chain(path: &Path, format: Option<Format>) -> Result<DiskInfo, DiskEr
                 max: MAX_BACKING_DEPTH,
             });
         }
-        let (info, id) = inspect_one(&b.file, b.format).map_err(|e| match e {
+        let (info, id, _) = inspect_one(&b.file, Policy::OwnOverlay).map_err(|e| match e {
             DiskError::NotFound(backing) => DiskError::MissingBacking {
                 image: image.clone(),
                 backing,
             },
             other => other,
         })?;
+        if let Some(declared) = b.format {
+            check_declared(&b.file, declared, info.format)?;
+        }
         if seen.contains(&id) {
             return Err(DiskError::ChainLoop {
                 path: path.to_path_buf(),
@@ -92,136 +130,58 @@ fn inspect_chain(path: &Path, format: Option<Format>) -> Result<DiskInfo, DiskEr
     Ok(top)
 }
 
-/// One image, without its chain, and its (device, inode) for loop detection.
-fn inspect_one(path: &Path, declared: Option<Format>) -> Result<(DiskInfo, (u64, u64)), DiskError> {
-    let file = File::open(path).map_err(|e| DiskError::io("open", path, e))?;
-    let meta = file.metadata().map_err(|e| DiskError::io("stat", path, e))?;
-    let head = read_at(&file, path, 0, SNIFF_LEN)?;
-    let sniffed = sniff(&head);
-    let format = match declared {
-        // qemu opens a declared raw image as raw whatever its bytes say; so does nubo.
-        Some(d) if d.qemu_driver() == "raw" => d,
-        Some(d) if d != sniffed => {
-            return Err(DiskError::FormatMismatch {
-                path: path.to_path_buf(),
-                expected: d,
-                found: sniffed,
-            })
-        }
-        _ => sniffed,
-    };
-    let mut info = DiskInfo {
-        format,
-        virtual_size: meta.len(),
-        actual_size: meta.blocks() * 512,
-        cluster_size: None,
-        backing: None,
-        chain_depth: 0,
-        qcow2: None,
-    };
-    match format {
-        Format::Raw | Format::Iso => {}
-        Format::Qcow2 => {
-            let h = read_qcow2(&file, path, head)?;
-            info.virtual_size = h.virtual_size;
-            info.cluster_size = Some(h.cluster_size());
-            info.backing = backing_of(path, &h)?;
-            info.qcow2 = Some(h);
-        }
-        Format::Vhdx => {
-            let table = read_at(&file, path, VHDX_REGION_TABLE_AT as u64, 64 << 10)?;
-            let (at, len) = foreign::vhdx_metadata_region(&table).map_err(DiskError::at(path))?;
-            let meta = read_at(&file, path, at, len.min(MAX_VHDX_METADATA) as usize)?;
-            let f = foreign::parse_vhdx(&meta).map_err(DiskError::at(path))?;
-            (info.virtual_size, info.cluster_size) = (f.virtual_size, f.cluster_size);
-        }
-        Format::Vmdk | Format::Vdi | Format::Vpc => {
-            let bytes = &head[..head.len().min(FOREIGN_HEADER_LEN)];
-            let f = foreign::parse_foreign(format, bytes).map_err(DiskError::at(path))?;
-            (info.virtual_size, info.cluster_size) = (f.virtual_size, f.cluster_size);
-        }
+fn check_declared(path: &Path, declared: Format, found: Format) -> Result<(), DiskError> {
+    let same = declared == found || (declared.qemu_driver() == "raw" && found.qemu_driver() == "raw");
+    if !same {
+        return Err(DiskError::FormatMismatch {
+            path: path.to_path_buf(),
+            expected: declared,
+            found,
+        });
     }
-    Ok((info, (meta.dev(), meta.ino())))
+    Ok(())
 }
 
-fn read_qcow2(file: &File, path: &Path, head: Vec<u8>) -> Result<Qcow2Header, DiskError> {
-    // The header, its extensions and the backing name all lie in the first cluster.
-    let cluster_bits = head
-        .get(20..24)
-        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-    let cluster = 1usize.checked_shl(cluster_bits).unwrap_or(MAX_CLUSTER).min(MAX_CLUSTER);
-    let bytes = if cluster > head.len() {
-        read_at(file, path, 0, cluster)?
-    } else {
-        head
-    };
-    let h = qcow2::parse_qcow2_header(&bytes).map_err(DiskError::at(path))?;
-    let unknown = h.unknown_incompatible();
-    if unknown != 0 {
-        let what = format!("incompatible feature bits {unknown:#x}");
-        return Err(DiskError::Features {
-            path: path.to_path_buf(),
-            what,
-        });
-    }
-    if h.incompatible_features & INCOMPAT_DATA_FILE != 0 || h.data_file.is_some() {
-        let what = format!("external data file `{}`", h.data_file.as_deref().unwrap_or(""));
-        return Err(DiskError::Features {
-            path: path.to_path_buf(),
-            what,
-        });
-    }
-    Ok(h)
+/// Opens `path` as a regular file without blocking, for reading only.
+pub(crate) fn open_image(path: &Path) -> Result<FileSource, DiskError> {
+    let file = nubo_core::file::open_regular(path, "disk image").map_err(|e| match e {
+        nubo_core::FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+            DiskError::NotFound(path.to_path_buf())
+        }
+        other => DiskError::File(other),
+    })?;
+    FileSource::new(file).map_err(|e| DiskError::io("stat", path, e))
 }
 
-fn backing_of(path: &Path, h: &Qcow2Header) -> Result<Option<Backing>, DiskError> {
-    let Some(name) = h.backing_file.as_deref() else {
-        return Ok(None);
-    };
-    if has_protocol(name) {
-        return Err(DiskError::BackingProtocol {
+/// One image, without its chain, its (device, inode) for loop detection, and the open file.
+fn inspect_one(path: &Path, policy: Policy) -> Result<(DiskInfo, (u64, u64), FileSource), DiskError> {
+    let src = open_image(path)?;
+    let meta = src.file().metadata().map_err(|e| DiskError::io("stat", path, e))?;
+    let found = inspector::inspect_with(&src, policy).map_err(|e| match e {
+        InspectError::Rejected(reason) => DiskError::Refused {
             path: path.to_path_buf(),
-            name: name.to_owned(),
-        });
-    }
-    let format = match h.backing_format.as_deref() {
-        None => None,
-        Some(f) => Some(f.parse::<Format>().map_err(|_| DiskError::UnknownBackingFormat {
-            path: path.to_path_buf(),
-            name: f.to_owned(),
-        })?),
-    };
+            reason,
+        },
+        InspectError::Io(e) => DiskError::io("read", path, e),
+    })?;
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    Ok(Some(Backing {
-        file: dir.join(name),
-        format,
-    }))
-}
-
-/// qemu's `path_has_protocol`: a colon before the first slash makes `nbd:host:port`,
-/// `json:{...}` or `http://...` a protocol, not a file nubo can check.
-fn has_protocol(name: &str) -> bool {
-    let first = name.find(['/', ':']);
-    first.is_some_and(|i| name.as_bytes()[i] == b':')
-}
-
-/// Up to `len` bytes from `offset`; fewer only at end of file.
-fn read_at(file: &File, path: &Path, offset: u64, len: usize) -> Result<Vec<u8>, DiskError> {
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match file.read_at(&mut buf[got..], offset + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(DiskError::io("read", path, e)),
-        }
-    }
-    buf.truncate(got);
-    Ok(buf)
+    let info = DiskInfo {
+        format: found.format,
+        usage: found.usage,
+        virtual_size: found.virtual_size,
+        actual_size: meta.blocks() * 512,
+        cluster_size: found.cluster_size,
+        backing: found.backing.map(|(name, format)| Backing {
+            file: dir.join(name),
+            format: Some(format),
+        }),
+        chain_depth: 0,
+        qcow2: found.qcow2,
+    };
+    Ok((info, (meta.dev(), meta.ino()), src))
 }
 
 #[cfg(test)]
@@ -229,6 +189,7 @@ mod tests {
     use super::*;
 
     use crate::create::write_new;
+    use crate::inspector::Rejection;
     use crate::layout::{layout, BackingRef};
     use std::fs;
 
@@ -244,86 +205,181 @@ mod tests {
     }
 
     #[test]
-    fn has_protocol_colon_before_slash_is_protocol() {
-        assert!(has_protocol("nbd:127.0.0.1:10809"));
-        assert!(has_protocol("json:{\"driver\":\"file\"}"));
-        assert!(has_protocol("http://example.invalid/x"));
+    fn inspect_backed_qcow2_is_refused_naming_backing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("evil.qcow2");
+        qcow2_backed_by(&img, "/etc/shadow", "raw");
+
+        let err = inspect(&img).unwrap_err();
+
+        assert!(
+            matches!(&err, DiskError::Refused { reason: Rejection::Backing(n), .. } if n == "/etc/shadow"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("evil.qcow2"), "{err}");
     }
 
     #[test]
-    fn has_protocol_plain_paths_are_files() {
-        assert!(!has_protocol("/var/lib/nubo/images/a:b.qcow2"));
-        assert!(!has_protocol("./base:1.qcow2"));
-        assert!(!has_protocol("base.qcow2"));
+    fn inspect_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fifo");
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        let err = inspect(&p).unwrap_err();
+
+        assert!(err.to_string().contains("FIFO"), "{err}");
     }
 
     #[test]
-    fn inspect_self_referencing_backing_is_a_loop() {
+    fn inspect_dev_zero_is_refused() {
+        let err = inspect(Path::new("/dev/zero")).unwrap_err();
+
+        assert!(err.to_string().contains("character device"), "{err}");
+    }
+
+    #[test]
+    fn inspect_empty_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty");
+        fs::write(&p, b"").unwrap();
+
+        let err = inspect(&p).unwrap_err();
+
+        assert!(
+            matches!(
+                err,
+                DiskError::Refused {
+                    reason: Rejection::Empty,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inspect_missing_file_is_not_found() {
+        let err = inspect(Path::new("/nonexistent/nubo/x.qcow2")).unwrap_err();
+
+        assert!(matches!(err, DiskError::NotFound(_)), "{err}");
+    }
+
+    #[test]
+    fn inspect_base_vdi_is_not_a_base() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d.vdi");
+        fs::write(&p, crate::inspector::tests::vdi_image(1, 1 << 20)).unwrap();
+
+        let err = inspect_base(&p).unwrap_err();
+
+        assert!(
+            matches!(
+                err,
+                DiskError::NotBase {
+                    format: Format::Vdi,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inspect_as_qcow2_of_raw_file_is_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+
+        let err = inspect_as(&base, Format::Qcow2).unwrap_err();
+
+        assert!(matches!(err, DiskError::FormatMismatch { .. }), "{err}");
+    }
+
+    #[test]
+    fn overlay_chain_self_referencing_backing_is_a_loop() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("loop.qcow2");
         qcow2_backed_by(&img, "loop.qcow2", "qcow2");
 
-        let err = inspect(&img).unwrap_err();
+        let err = inspect_overlay_chain(&img).unwrap_err();
 
         assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
     }
 
     #[test]
-    fn inspect_two_image_cycle_is_a_loop() {
+    fn overlay_chain_two_image_cycle_is_a_loop() {
         let dir = tempfile::tempdir().unwrap();
         qcow2_backed_by(&dir.path().join("a"), "b", "qcow2");
         qcow2_backed_by(&dir.path().join("b"), "a", "qcow2");
 
-        let err = inspect(&dir.path().join("a")).unwrap_err();
+        let err = inspect_overlay_chain(&dir.path().join("a")).unwrap_err();
 
         assert!(matches!(err, DiskError::ChainLoop { .. }), "{err}");
     }
 
     #[test]
-    fn inspect_relative_backing_resolves_against_image_dir() {
+    fn overlay_chain_relative_backing_resolves_against_image_dir() {
         let dir = tempfile::tempdir().unwrap();
         raw(dir.path(), 4096);
         let img = dir.path().join("o.qcow2");
         qcow2_backed_by(&img, "base.raw", "raw");
 
-        let info: DiskInfo = inspect(&img).unwrap();
+        let info = inspect_overlay_chain(&img).unwrap();
 
         assert_eq!(info.backing.unwrap().file, dir.path().join("base.raw"));
+        assert_eq!(info.chain_depth, 1);
     }
 
     #[test]
-    fn inspect_missing_backing_names_both_files() {
+    fn overlay_chain_missing_backing_names_both_files() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("o.qcow2");
         qcow2_backed_by(&img, "gone.raw", "raw");
 
-        let err = inspect(&img).unwrap_err();
+        let err = inspect_overlay_chain(&img).unwrap_err();
 
         assert!(matches!(err, DiskError::MissingBacking { .. }));
         assert!(err.to_string().contains("gone.raw") && err.to_string().contains("o.qcow2"));
     }
 
     #[test]
-    fn inspect_protocol_backing_is_refused() {
+    fn overlay_chain_protocol_backing_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("o.qcow2");
         qcow2_backed_by(&img, "nbd:127.0.0.1:10809", "raw");
 
-        let err = inspect(&img).unwrap_err();
+        let err = inspect_overlay_chain(&img).unwrap_err();
 
-        assert!(matches!(err, DiskError::BackingProtocol { .. }));
+        assert!(
+            matches!(
+                err,
+                DiskError::Refused {
+                    reason: Rejection::BackingProtocol(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
-    fn inspect_unknown_backing_format_is_refused() {
+    fn overlay_chain_unknown_backing_format_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         raw(dir.path(), 4096);
         let img = dir.path().join("o.qcow2");
         qcow2_backed_by(&img, "base.raw", "qed");
 
-        let err = inspect(&img).unwrap_err();
+        let err = inspect_overlay_chain(&img).unwrap_err();
 
-        assert!(matches!(err, DiskError::UnknownBackingFormat { .. }));
+        assert!(
+            matches!(
+                err,
+                DiskError::Refused {
+                    reason: Rejection::BackingUnformatted(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -334,8 +390,8 @@ mod tests {
         let info = inspect(&base).unwrap();
 
         assert_eq!(
-            (info.format, info.virtual_size, info.cluster_size),
-            (Format::Raw, 3000, None)
+            (info.format, info.virtual_size, info.cluster_size, info.usage),
+            (Format::Raw, 3000, None, Usage::Base)
         );
     }
 }

@@ -3,6 +3,12 @@
 //! the hash state over; a partial left by an earlier run is re-hashed once to rebuild that state.
 //! A server that ignores `Range` gets a clean restart. A write error (disk full, file size limit)
 //! deletes the partial: nothing half-written stays behind.
+//!
+//! Only transient failures are retried: a connection reset or closed mid-body, a timeout, a
+//! refused reconnect after bytes arrived, HTTP 5xx and 429. A TLS or certificate failure, a 4xx,
+//! a name that does not resolve or a host that never answered fail at once.
+//!
+//! This module knows nothing of pulls: it reports [`DownloadEvent`]s, which `pull` forwards.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -12,8 +18,8 @@ use std::time::Duration;
 
 use crate::checksum::Algorithm;
 use crate::digest::{hash_reader, Digests, StreamHasher};
-use crate::error::PullError;
-use crate::pull::PullEvent;
+use crate::error::{self, PullError};
+use crate::http::{self, SendError};
 
 /// Streaming buffer: big enough to keep TLS records and hashing efficient.
 const BUF: usize = 256 << 10;
@@ -25,21 +31,48 @@ pub struct Fetch<'a> {
     pub agent: &'a ureq::Agent,
     pub url: &'a str,
     pub verify_with: Option<Algorithm>,
-    /// Reconnections allowed after a dropped connection.
+    /// Reconnections allowed after a transient failure.
     pub retries: u32,
+    /// Follow redirects to plain http too.
+    pub allow_http: bool,
+}
+
+/// What a download reports as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DownloadEvent {
+    /// A transfer starts at `offset` (non-zero when resuming).
+    Start {
+        offset: u64,
+        total: Option<u64>,
+    },
+    Progress {
+        done: u64,
+        total: Option<u64>,
+    },
+    /// A transient failure; reconnecting with Range from `offset`.
+    Retry {
+        attempt: u32,
+        offset: u64,
+        error: String,
+    },
+    /// The partial could not be continued; downloading from the start.
+    Restart {
+        reason: String,
+    },
 }
 
 /// How one attempt ended, when not with the whole file.
 enum Stop {
-    /// The connection broke: keep what we have and resume.
-    Network(io::Error),
+    /// A transient failure (the connection broke, a timeout, 5xx, 429): keep what we have and
+    /// resume.
+    Transient(io::Error),
     /// The partial cannot be continued (server ignored or refused the range): start over.
     Restart(String),
     Fatal(PullError),
 }
 
 /// Downloads `f.url` into `part` (resuming what is there) and returns the digests and size.
-pub fn fetch(f: &Fetch<'_>, part: &Path, progress: &mut dyn FnMut(PullEvent)) -> Result<(Digests, u64), PullError> {
+pub fn fetch(f: &Fetch<'_>, part: &Path, progress: &mut dyn FnMut(DownloadEvent)) -> Result<(Digests, u64), PullError> {
     let write_err = |source| PullError::Write {
         path: part.to_path_buf(),
         source,
@@ -53,24 +86,29 @@ pub fn fetch(f: &Fetch<'_>, part: &Path, progress: &mut dyn FnMut(PullEvent)) ->
                 file.sync_all().map_err(write_err)?;
                 return Ok((hasher.finish(), offset));
             }
-            Err(Stop::Network(e)) if attempt < f.retries => {
+            Err(Stop::Transient(e)) if attempt < f.retries => {
                 attempt += 1;
-                progress(PullEvent::Retry {
+                progress(DownloadEvent::Retry {
                     attempt,
                     offset,
                     error: e.to_string(),
                 });
                 thread::sleep(BACKOFF * 2u32.saturating_pow(attempt - 1));
             }
-            Err(Stop::Network(source)) => {
+            Err(Stop::Transient(source)) => {
+                if offset == 0 {
+                    // An empty partial is no progress to keep.
+                    let _ = fs::remove_file(part);
+                }
                 return Err(PullError::Interrupted {
                     url: f.url.to_owned(),
                     attempts: attempt + 1,
+                    kept: offset,
                     source,
-                })
+                });
             }
             Err(Stop::Restart(reason)) => {
-                progress(PullEvent::Restart { reason });
+                progress(DownloadEvent::Restart { reason });
                 truncate(part).map_err(write_err)?;
                 hasher = StreamHasher::new(f.verify_with);
                 offset = 0;
@@ -105,17 +143,42 @@ fn rehash_partial(part: &Path, verify_with: Option<Algorithm>) -> io::Result<(St
     }
 }
 
-fn is_network(e: &ureq::Error) -> bool {
-    matches!(
-        e,
-        ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::Timeout(_)
+/// I/O error kinds a reconnect can cure.
+fn transient_io(e: &io::Error) -> bool {
+    let tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(error::is_tls);
+    !tls && matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::TimedOut
+            | io::ErrorKind::WouldBlock
+            | io::ErrorKind::NotConnected
     )
 }
 
-fn into_io(e: ureq::Error) -> io::Error {
-    match e {
-        ureq::Error::Io(e) => e,
-        other => io::Error::other(other.to_string()),
+/// Classifies a failed request: transient ones are retried, the rest end the download. A host
+/// that refuses the very first connection is down (or the URL is wrong), not flapping; once bytes
+/// have arrived, a refused reconnect is a restarting server and worth waiting for.
+fn request_failed(f: &Fetch<'_>, e: SendError, offset: u64) -> Stop {
+    let e = match e {
+        SendError::Refused(e) => return Stop::Fatal(e),
+        SendError::Transport(e) => e,
+    };
+    let transient = match &e {
+        ureq::Error::Timeout(_) => offset > 0 || !error::is_connect(&e),
+        ureq::Error::Io(io) => transient_io(io) || (offset > 0 && error::is_connect(&e)),
+        ureq::Error::ConnectionFailed => offset > 0,
+        _ => false,
+    };
+    if transient {
+        Stop::Transient(e.into_io())
+    } else {
+        Stop::Fatal(error::http_error(f.url, e))
     }
 }
 
@@ -131,17 +194,10 @@ fn attempt_once(
     part: &Path,
     hasher: &mut StreamHasher,
     offset: &mut u64,
-    progress: &mut dyn FnMut(PullEvent),
+    progress: &mut dyn FnMut(DownloadEvent),
 ) -> Result<(), Stop> {
-    let mut req = f.agent.get(f.url);
-    if *offset > 0 {
-        req = req.header("Range", format!("bytes={offset}-"));
-    }
-    let resp = match req.call() {
-        Ok(r) => r,
-        Err(e) if is_network(&e) => return Err(Stop::Network(into_io(e))),
-        Err(source) => return Err(Stop::Fatal(crate::error::http_error(f.url, source))),
-    };
+    let range = (*offset > 0).then_some(*offset);
+    let resp = http::send(f.agent, f.url, range, f.allow_http).map_err(|e| request_failed(f, e, *offset))?;
     let header = |name: &str| {
         resp.headers()
             .get(name)
@@ -161,6 +217,12 @@ fn attempt_once(
                 "the server refused to resume the partial download".into(),
             ))
         }
+        status @ (429 | 500..=599) => {
+            return Err(Stop::Transient(io::Error::other(format!(
+                "{} answered HTTP {status}",
+                f.url
+            ))))
+        }
         status => {
             return Err(Stop::Fatal(PullError::Status {
                 url: f.url.to_owned(),
@@ -168,7 +230,7 @@ fn attempt_once(
             }))
         }
     };
-    progress(PullEvent::Download { offset: *offset, total });
+    progress(DownloadEvent::Start { offset: *offset, total });
 
     let write_err = |source| {
         Stop::Fatal(PullError::Write {
@@ -188,15 +250,16 @@ fn attempt_once(
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Stop::Network(e)),
+            Err(e) if transient_io(&e) => return Err(Stop::Transient(e)),
+            Err(e) => return Err(Stop::Fatal(error::http_error(f.url, ureq::Error::Io(e)))),
         };
         out.write_all(&buf[..n]).map_err(write_err)?;
         hasher.update(&buf[..n]);
         *offset += n as u64;
-        progress(PullEvent::Progress { done: *offset, total });
+        progress(DownloadEvent::Progress { done: *offset, total });
     }
     match total {
-        Some(t) if *offset < t => Err(Stop::Network(io::Error::new(
+        Some(t) if *offset < t => Err(Stop::Transient(io::Error::new(
             io::ErrorKind::UnexpectedEof,
             format!("the server closed the connection at byte {offset} of {t}"),
         ))),

@@ -59,15 +59,35 @@ pub enum PullError {
     },
     #[error("{url} is {got} bytes, but its checksum file says {expected}; the partial file was deleted")]
     SizeMismatch { url: String, expected: u64, got: u64 },
-    #[error(
-        "{url}: the connection failed {attempts} times; the partial download is kept and the next pull resumes it"
-    )]
+    #[error("{url}: the transfer failed {attempts} time{}; {}", plural(*attempts), kept_note(*kept))]
     Interrupted {
         url: String,
         attempts: u32,
+        /// Bytes kept in the partial file for the next pull to resume.
+        kept: u64,
         #[source]
         source: io::Error,
     },
+    #[error("could not connect to {addr} (fetching {url}): nothing was downloaded; check the URL and that the server is up, or use a reachable mirror (--mirror, NUBO_MIRROR_<DISTRO>)")]
+    Connect {
+        addr: String,
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
+    #[error("cannot resolve host `{host}` (fetching {url}): check the URL and the network's DNS, or set NUBO_MIRROR_<DISTRO> (or --mirror) to a reachable mirror")]
+    Dns {
+        host: String,
+        url: String,
+        #[source]
+        source: ureq::Error,
+    },
+    #[error("refused redirect from {from} to {to}: only https (and http with --allow-http) are followed")]
+    RedirectRefused { from: String, to: String },
+    #[error("{url} redirected more than {max} times: check the URL or use another mirror")]
+    TooManyRedirects { url: String, max: u32 },
+    #[error("`{0}` is an OCI registry reference: pulling from OCI registries is not supported yet; pull a catalog image or an https URL, or `nubo image import` a local file")]
+    OciUnsupported(String),
     #[error("writing {} failed and the partial file was deleted: free space in the image store (or raise the file size limit) and pull again", path.display())]
     Write {
         path: PathBuf,
@@ -92,29 +112,90 @@ pub enum PullError {
     Store(#[from] StoreError),
 }
 
-/// A transport error for `url`, told apart when it is a certificate the client does not trust
-/// (the one users can fix with a flag).
+fn plural(n: u32) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn kept_note(kept: u64) -> String {
+    if kept == 0 {
+        "nothing was downloaded".to_owned()
+    } else {
+        format!("{kept} bytes are kept and the next pull resumes from there (`nubo image prune` removes them)")
+    }
+}
+
+/// A transport error for `url`, told apart when the user can act on it: a name that does not
+/// resolve, a host that does not answer, a certificate the client does not trust.
 pub fn http_error(url: &str, source: ureq::Error) -> PullError {
     let url = url.to_owned();
-    if source.to_string().contains("certificate") {
+    if is_dns(&source) {
+        PullError::Dns {
+            host: crate::http::host(&url),
+            url,
+            source,
+        }
+    } else if is_connect(&source) {
+        PullError::Connect {
+            addr: crate::http::host_port(&url),
+            url,
+            source,
+        }
+    } else if is_tls(&source) {
         PullError::Untrusted { url, source }
     } else {
         PullError::Http { url, source }
     }
 }
 
+/// getaddrinfo failures reach ureq's resolver as plain I/O errors.
+fn is_dns(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::HostNotFound => true,
+        ureq::Error::Io(io) => io.to_string().contains("failed to lookup address"),
+        _ => false,
+    }
+}
+
+/// Nothing accepted the connection (refused, unreachable, connect timeout).
+pub fn is_connect(e: &ureq::Error) -> bool {
+    match e {
+        ureq::Error::ConnectionFailed => true,
+        ureq::Error::Timeout(t) => matches!(t, ureq::Timeout::Connect | ureq::Timeout::Resolve),
+        ureq::Error::Io(io) => matches!(
+            io.kind(),
+            io::ErrorKind::ConnectionRefused | io::ErrorKind::NetworkUnreachable | io::ErrorKind::HostUnreachable
+        ),
+        _ => false,
+    }
+}
+
+/// A certificate problem: never transient, fixable with --ca-cert.
+pub fn is_tls(e: &ureq::Error) -> bool {
+    matches!(e, ureq::Error::Rustls(_) | ureq::Error::Tls(_)) || e.to_string().contains("certificate")
+}
+
 impl PullError {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            PullError::HttpRefused(_) | PullError::BadUrl(_) | PullError::NoName(_) | PullError::CaEmpty { .. } => {
-                ErrorKind::InvalidInput
-            }
+            PullError::HttpRefused(_)
+            | PullError::BadUrl(_)
+            | PullError::NoName(_)
+            | PullError::CaEmpty { .. }
+            | PullError::RedirectRefused { .. } => ErrorKind::InvalidInput,
+            PullError::OciUnsupported(_) => ErrorKind::Unsupported,
             PullError::NotInCatalog { .. } => ErrorKind::NotFound,
             PullError::NoSystemCa { .. } => ErrorKind::Unavailable,
             PullError::Http { .. }
             | PullError::Untrusted { .. }
             | PullError::Status { .. }
-            | PullError::Interrupted { .. } => ErrorKind::Remote,
+            | PullError::Interrupted { .. }
+            | PullError::Connect { .. }
+            | PullError::Dns { .. }
+            | PullError::TooManyRedirects { .. } => ErrorKind::Remote,
             PullError::Checksum { .. }
             | PullError::NoChecksum { .. }
             | PullError::Mismatch { .. }

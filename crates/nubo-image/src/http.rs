@@ -76,8 +76,8 @@ fn roots(tls: &TlsSettings) -> Result<Vec<Certificate<'static>>, PullError> {
 }
 
 /// An agent that reports every HTTP status to the caller (Range handling needs 206/416) and
-/// follows redirects (mirrors redirect to their nearest node); unless `allow_http`, a redirect
-/// to plain http is refused too, not just the first URL.
+/// follows no redirects itself: [`send`] follows them, checking each target's scheme, so a
+/// redirect to `file://` or (without `allow_http`) to plain http is refused by name.
 pub fn agent(tls: &TlsSettings, allow_http: bool) -> Result<ureq::Agent, PullError> {
     let tls_config = TlsConfig::builder()
         .root_certs(RootCerts::Specific(Arc::new(roots(tls)?)))
@@ -86,6 +86,7 @@ pub fn agent(tls: &TlsSettings, allow_http: bool) -> Result<ureq::Agent, PullErr
         .tls_config(tls_config)
         .http_status_as_error(false)
         .https_only(!allow_http)
+        .max_redirects(0)
         .timeout_connect(Some(CONNECT_TIMEOUT))
         .timeout_recv_body(None)
         .timeout_per_read(Some(READ_TIMEOUT))
@@ -110,13 +111,117 @@ pub fn check_scheme(url: &str, allow_http: bool) -> Result<(), PullError> {
     }
 }
 
+/// Mirrors redirect to their nearest node, sometimes twice; more than this is a loop.
+const MAX_REDIRECTS: u32 = 10;
+
+/// Why [`send`] returned no response.
+#[derive(Debug)]
+pub enum SendError {
+    /// The transport failed (DNS, connect, TLS, I/O): the caller decides whether to retry.
+    Transport(ureq::Error),
+    /// A redirect nubo does not follow; never worth retrying.
+    Refused(PullError),
+}
+
+impl SendError {
+    /// The error for a caller that does not retry.
+    pub fn into_pull_error(self, url: &str) -> PullError {
+        match self {
+            SendError::Transport(e) => crate::error::http_error(url, e),
+            SendError::Refused(e) => e,
+        }
+    }
+}
+
+/// GETs `url` (from byte `range_from` when given), following up to [`MAX_REDIRECTS`] redirects
+/// to https (or http with `allow_http`) URLs only.
+pub fn send(
+    agent: &ureq::Agent,
+    url: &str,
+    range_from: Option<u64>,
+    allow_http: bool,
+) -> Result<ureq::http::Response<ureq::Body>, SendError> {
+    let mut current = url.to_owned();
+    for _ in 0..=MAX_REDIRECTS {
+        let mut req = agent.get(&current);
+        if let Some(offset) = range_from {
+            req = req.header("Range", format!("bytes={offset}-"));
+        }
+        let resp = req.call().map_err(SendError::Transport)?;
+        if !matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
+            return Ok(resp);
+        }
+        let Some(location) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
+            return Ok(resp);
+        };
+        let next = join_url(&current, location);
+        check_redirect(&current, &next, allow_http).map_err(SendError::Refused)?;
+        current = next;
+    }
+    Err(SendError::Refused(PullError::TooManyRedirects {
+        url: url.to_owned(),
+        max: MAX_REDIRECTS,
+    }))
+}
+
+fn check_redirect(from: &str, to: &str, allow_http: bool) -> Result<(), PullError> {
+    let lower = to.to_ascii_lowercase();
+    if lower.starts_with("https://") || (allow_http && lower.starts_with("http://")) {
+        Ok(())
+    } else {
+        Err(PullError::RedirectRefused {
+            from: from.to_owned(),
+            to: nubo_core::file::escape_control(to),
+        })
+    }
+}
+
+/// `location` resolved against `base` (RFC 3986 references, the forms servers send).
+fn join_url(base: &str, location: &str) -> String {
+    if location.contains("://") || location.split(['/', '?', '#']).next().is_some_and(|s| s.contains(':')) {
+        return location.to_owned();
+    }
+    let (scheme, rest) = base.split_once("://").unwrap_or(("https", base));
+    if let Some(net) = location.strip_prefix("//") {
+        return format!("{scheme}://{net}");
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let origin = format!("{scheme}://{}", &rest[..authority_end]);
+    if location.starts_with('/') {
+        return format!("{origin}{location}");
+    }
+    let path = rest[authority_end..].split(['?', '#']).next().unwrap_or("");
+    let dir = path.rfind('/').map_or("/", |i| &path[..=i]);
+    format!("{origin}{dir}{location}")
+}
+
+/// `host:port` of an http(s) URL, for connection errors.
+pub fn host_port(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let has_port = authority.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']'));
+    if has_port {
+        authority.to_owned()
+    } else if scheme.eq_ignore_ascii_case("http") {
+        format!("{authority}:80")
+    } else {
+        format!("{authority}:443")
+    }
+}
+
+/// The host part of [`host_port`].
+pub fn host(url: &str) -> String {
+    let hp = host_port(url);
+    hp.rsplit_once(':').map_or(hp.clone(), |(h, _)| h.to_owned())
+}
+
 /// Checksum files and listings are small; a mirror answering with something huge is wrong.
 const TEXT_LIMIT: u64 = 4 << 20;
 
 /// GETs a small text file; `None` for 404/410 so callers can fall back.
-pub fn get_text(agent: &ureq::Agent, url: &str) -> Result<Option<String>, PullError> {
-    let http = |source| crate::error::http_error(url, source);
-    let resp = agent.get(url).call().map_err(http)?;
+pub fn get_text(agent: &ureq::Agent, url: &str, allow_http: bool) -> Result<Option<String>, PullError> {
+    let resp = send(agent, url, None, allow_http).map_err(|e| e.into_pull_error(url))?;
     match resp.status().as_u16() {
         200 => {}
         404 | 410 => return Ok(None),
@@ -132,7 +237,7 @@ pub fn get_text(agent: &ureq::Agent, url: &str) -> Result<Option<String>, PullEr
         .into_reader()
         .take(TEXT_LIMIT)
         .read_to_string(&mut text)
-        .map_err(|e| http(ureq::Error::Io(e)))?;
+        .map_err(|e| crate::error::http_error(url, ureq::Error::Io(e)))?;
     Ok(Some(text))
 }
 
@@ -155,6 +260,46 @@ mod tests {
     #[test]
     fn check_scheme_file_url_is_bad() {
         assert!(matches!(check_scheme("file:///x", true), Err(PullError::BadUrl(_))));
+    }
+
+    #[test]
+    fn check_redirect_file_scheme_refused_names_target() {
+        let err = check_redirect("https://m/x", "file:///etc/passwd", true).unwrap_err();
+
+        assert!(
+            err.to_string().contains("file:///etc/passwd") && err.to_string().contains("only https"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn check_redirect_http_refused_without_allow_http() {
+        assert!(check_redirect("https://m/x", "http://m/x", false).is_err());
+    }
+
+    #[test]
+    fn join_url_absolute_path_keeps_origin() {
+        assert_eq!(join_url("https://h:1/a/b?q", "/c/d"), "https://h:1/c/d");
+    }
+
+    #[test]
+    fn join_url_relative_is_beside_current() {
+        assert_eq!(join_url("https://h/a/b", "c"), "https://h/a/c");
+    }
+
+    #[test]
+    fn join_url_other_scheme_is_kept_as_is() {
+        assert_eq!(join_url("https://h/a", "file:///x"), "file:///x");
+    }
+
+    #[test]
+    fn host_port_defaults_https_port() {
+        assert_eq!(host_port("https://cloud.debian.org/images/x"), "cloud.debian.org:443");
+    }
+
+    #[test]
+    fn host_port_keeps_explicit_port() {
+        assert_eq!(host_port("https://127.0.0.1:9/x"), "127.0.0.1:9");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::digest::{hash_file, StreamHasher, CHUNK};
 use crate::pull::{now, DEFAULT_MEMORY_MIB, DEFAULT_VCPUS};
 use crate::record::{ImageRecord, ImageSource, SourceKind};
 use crate::reference::ImageRef;
-use crate::store::{ImageStore, StoreError};
+use crate::store::{Added, ImageStore, Overwrite, StoreError};
 use crate::Algorithm;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,13 +24,15 @@ pub struct ImportRequest {
     pub appliance: bool,
     pub default_vcpus: Option<u32>,
     pub default_memory_mib: Option<u64>,
+    /// Re-point `reference` if it already names another image (otherwise refused).
+    pub force: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
     #[error("{} is an ISO image, not a disk: attach it with the VM's options instead", .0.display())]
     Iso(PathBuf),
-    #[error("{} has a backing file: import the flattened image (`nubo image convert {} --to qcow2 -o flat.qcow2`)", .0.display(), .0.display())]
+    #[error("{} has a backing file, which QEMU would read too: nubo imports and converts only self-contained images; flatten it with `qemu-img convert -O qcow2` where you trust every file it names, and import the result", .0.display())]
     Backing(PathBuf),
     #[error("inspecting {}", path.display())]
     Disk {
@@ -63,7 +65,9 @@ impl ImportError {
     }
 }
 
-pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<ImageRecord, ImportError> {
+/// Imports `req.file` under `req.reference`. An existing tag with another digest is refused
+/// unless `req.force`; the same bytes again are [`crate::store::TagChange::Unchanged`].
+pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<Added, ImportError> {
     let disk = |path: &Path| {
         let path = path.to_path_buf();
         move |source| ImportError::Disk { path, source }
@@ -131,7 +135,7 @@ pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<ImageRecord, Im
             created: now(),
             build_seconds: None,
         };
-        Ok(store.add(&tmp, record)?)
+        Ok(store.commit(&tmp, record, Overwrite::from_force(req.force))?)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -149,7 +153,10 @@ fn copy_hashing(src: &Path, dst: &Path) -> Result<String, ImportError> {
         path: dst.to_path_buf(),
         source,
     };
-    let mut input = File::open(src).map_err(io_src)?;
+    let mut input = nubo_core::file::open_regular(src, "disk image").map_err(|e| ImportError::Io {
+        path: src.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    })?;
     let mut output = File::create(dst).map_err(io_dst)?;
     let mut h = StreamHasher::new(None);
     let mut buf = vec![0u8; CHUNK];

@@ -1,5 +1,8 @@
 //! Image references, the distro catalog, checksum-file parsers, verified downloads, the
 //! content-addressed image store and its JSON records, import and convert.
+//!
+//! Imports inside the crate go one way: `pull` -> `download` -> `http` -> `error`; `download`
+//! reports its own `DownloadEvent`s and knows nothing of pulls.
 
 pub mod catalog;
 pub mod checksum;
@@ -14,15 +17,14 @@ pub mod pull;
 pub mod record;
 pub mod reference;
 pub mod store;
-pub mod usage;
 
 pub use checksum::{Algorithm, Checksum, ChecksumError};
 pub use convert::{convert, ConvertError, ConvertSpec};
+pub use download::DownloadEvent;
 pub use error::PullError;
 pub use http::TlsSettings;
 pub use import::{import, ImportError, ImportRequest};
 pub use pull::{pull, PullEvent, PullRequest, PullSource};
 pub use record::{BootFiles, Firmware, ImageRecord, ImageSource, SourceKind};
-pub use reference::{ImageRef, RefError};
-pub use store::{ImageStore, StoreError};
-pub use usage::vms_using;
+pub use reference::{AnyRef, ImageRef, OciRef, RefError};
+pub use store::{Added, ImageStore, Overwrite, PruneReport, Pruned, StoreError, TagChange};

@@ -50,6 +50,27 @@ impl TargetLock {
     }
 }
 
+impl TargetLock {
+    /// Takes the lock only if nobody holds it: `None` while a pull is writing the target.
+    pub fn try_acquire(path: &Path) -> io::Result<Option<TargetLock>> {
+        let f = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+        let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
+            Err((_, e)) => return Err(e.into()),
+        };
+        let ours = locked.metadata()?;
+        match fs::metadata(path) {
+            Ok(m) if m.ino() == ours.ino() && m.dev() == ours.dev() => Ok(Some(TargetLock {
+                path: path.to_path_buf(),
+                _file: locked,
+            })),
+            // The holder just finished and unlinked it: whatever it guarded is being replaced.
+            Ok(_) | Err(_) => Ok(None),
+        }
+    }
+}
+
 impl Drop for TargetLock {
     fn drop(&mut self) {
         // Best effort: a leftover empty lock file is harmless and reused by the next pull.
@@ -72,5 +93,25 @@ mod tests {
 
         assert!(existed);
         assert!(!path.exists());
+    }
+
+    #[test]
+    fn try_acquire_while_held_is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let _held = TargetLock::acquire(&path, &mut || {}).unwrap();
+
+        let second = TargetLock::try_acquire(&path).unwrap();
+
+        assert!(second.is_none());
+    }
+
+    #[test]
+    fn try_acquire_free_lock_is_some() {
+        let dir = tempfile::tempdir().unwrap();
+
+        let lock = TargetLock::try_acquire(&dir.path().join("x.lock")).unwrap();
+
+        assert!(lock.is_some());
     }
 }

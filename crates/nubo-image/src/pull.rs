@@ -10,13 +10,13 @@ use std::time::SystemTime;
 use crate::catalog::{self, CatalogEntry};
 use crate::checksum::{parse_sidecar, Algorithm, Checksum};
 use crate::digest::StreamHasher;
-use crate::download::{fetch, Fetch};
+use crate::download::{fetch, DownloadEvent, Fetch};
 use crate::error::PullError;
 use crate::http::{self, TlsSettings};
 use crate::lock::TargetLock;
 use crate::record::{ImageRecord, ImageSource, SourceKind};
-use crate::reference::ImageRef;
-use crate::store::ImageStore;
+use crate::reference::{AnyRef, ImageRef, OciRef};
+use crate::store::{Added, ImageStore, Overwrite, StoreError};
 
 /// What to pull.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,16 +25,21 @@ pub enum PullSource {
     Catalog(ImageRef),
     /// Any https URL of a disk image.
     Url(String),
+    /// An OCI registry reference: parsed, but [`pull`] refuses it (not supported yet).
+    Oci(OciRef),
 }
 
 impl PullSource {
-    /// `REF|URL` as the CLI takes it: anything with `://` is a URL.
+    /// `REF|URL` as the CLI takes it: anything with `://` is a URL, anything with `/` or `@` an
+    /// OCI reference, the rest `name:tag`.
     pub fn parse(s: &str) -> Result<Self, crate::reference::RefError> {
         if s.contains("://") {
-            Ok(PullSource::Url(s.to_owned()))
-        } else {
-            ImageRef::parse(s).map(PullSource::Catalog)
+            return Ok(PullSource::Url(s.to_owned()));
         }
+        Ok(match AnyRef::parse(s)? {
+            AnyRef::Local(r) => PullSource::Catalog(r),
+            AnyRef::Oci(r) => PullSource::Oci(r),
+        })
     }
 }
 
@@ -53,8 +58,10 @@ pub struct PullRequest {
     pub allow_http: bool,
     /// Accept a URL with no checksum anywhere; the record says `verified: false`.
     pub insecure_no_checksum: bool,
-    /// Reconnections after a dropped connection before giving up (the partial is kept).
+    /// Reconnections after a transient failure before giving up (the partial is kept).
     pub retries: u32,
+    /// Re-point an existing tag that has another digest (otherwise refused).
+    pub force: bool,
 }
 
 impl PullRequest {
@@ -68,6 +75,7 @@ impl PullRequest {
             allow_http: false,
             insecure_no_checksum: false,
             retries: 5,
+            force: false,
         }
     }
 }
@@ -106,7 +114,8 @@ pub enum PullEvent {
         done: u64,
         total: Option<u64>,
     },
-    /// The connection dropped; reconnecting with Range from `offset`.
+    /// A transient failure (dropped connection, timeout, 5xx, 429); reconnecting with Range
+    /// from `offset`.
     Retry {
         attempt: u32,
         offset: u64,
@@ -119,6 +128,17 @@ pub enum PullEvent {
     Verified {
         checksum: String,
     },
+}
+
+impl From<DownloadEvent> for PullEvent {
+    fn from(e: DownloadEvent) -> Self {
+        match e {
+            DownloadEvent::Start { offset, total } => PullEvent::Download { offset, total },
+            DownloadEvent::Progress { done, total } => PullEvent::Progress { done, total },
+            DownloadEvent::Retry { attempt, offset, error } => PullEvent::Retry { attempt, offset, error },
+            DownloadEvent::Restart { reason } => PullEvent::Restart { reason },
+        }
+    }
 }
 
 /// Where the bytes come from and how to check them, once aliases and checksum files are read.
@@ -134,18 +154,22 @@ struct Plan {
     default_user: Option<String>,
 }
 
-/// Pulls `req` into `store` and returns the stored record. See the module doc for the order.
-pub fn pull(
-    store: &ImageStore,
-    req: &PullRequest,
-    progress: &mut dyn FnMut(PullEvent),
-) -> Result<ImageRecord, PullError> {
+/// Pulls `req` into `store` and returns the stored record and what happened to its tag. See
+/// the module doc for the order. An existing tag with another digest is refused before anything
+/// is downloaded (when the checksum is known up front) unless `req.force`.
+pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(PullEvent)) -> Result<Added, PullError> {
+    if let PullSource::Oci(r) = &req.source {
+        return Err(PullError::OciUnsupported(r.to_string()));
+    }
     let agent = http::agent(&req.tls, req.allow_http)?;
     let plan = match &req.source {
         PullSource::Catalog(r) => plan_catalog(&agent, req, r, progress)?,
         PullSource::Url(u) => plan_url(&agent, req, u, progress)?,
+        PullSource::Oci(r) => return Err(PullError::OciUnsupported(r.to_string())),
     };
     let reference = req.name.clone().unwrap_or_else(|| plan.reference.clone());
+    let overwrite = Overwrite::from_force(req.force);
+    precheck_tag(store, &reference, plan.expected.as_ref(), overwrite)?;
 
     let key = target_key(&plan.url, plan.expected.as_ref());
     let tmp = store.tmp_dir();
@@ -170,8 +194,7 @@ pub fn pull(
                 created: now(),
                 ..existing
             };
-            store.write_record(&reference, &rec)?;
-            return Ok(rec);
+            return Ok(store.tag(rec, overwrite)?);
         }
     }
 
@@ -181,8 +204,9 @@ pub fn pull(
         url: &plan.url,
         verify_with: plan.expected.as_ref().map(|c| c.algorithm),
         retries: req.retries,
+        allow_http: req.allow_http,
     };
-    let (digests, size) = fetch(&f, &part, progress)?;
+    let (digests, size) = fetch(&f, &part, &mut |e| progress(e.into()))?;
     let fail = |e: PullError| {
         let _ = std::fs::remove_file(&part);
         e
@@ -249,7 +273,36 @@ pub fn pull(
         build_seconds: None,
     };
     let _ = plan.checksum_from;
-    store.add(&part, record).map_err(|e| fail(e.into()))
+    store.commit(&part, record, overwrite).map_err(|e| fail(e.into()))
+}
+
+/// Refuses, before any download, to re-point `reference` at an image other than the one it
+/// holds. Only a known checksum can tell; without one, [`ImageStore::commit`] decides after.
+fn precheck_tag(
+    store: &ImageStore,
+    reference: &ImageRef,
+    expected: Option<&Checksum>,
+    overwrite: Overwrite,
+) -> Result<(), PullError> {
+    let Some(expected) = expected else { return Ok(()) };
+    let want = expected.to_string();
+    match store.get(reference) {
+        Ok(Some(old))
+            if overwrite == Overwrite::Refuse
+                && old.digest != want
+                && old.source.checksum.as_deref() != Some(want.as_str()) =>
+        {
+            Err(StoreError::TagExists {
+                reference: reference.to_string(),
+                digest: old.digest,
+                verified: old.verified,
+            }
+            .into())
+        }
+        Ok(_) => Ok(()),
+        Err(StoreError::Corrupt { .. }) if overwrite == Overwrite::Replace => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Distro cloud images boot comfortably (cloud-init, package caches) with this much.
@@ -272,7 +325,9 @@ fn plan_catalog(
     // Pin Ubuntu's mutable `release/` to the newest `release-<serial>/`; a mirror without a
     // listing still works, unpinned.
     let mut serial = match entry.listing_url(base) {
-        Some(listing) => http::get_text(agent, &listing)?.and_then(|html| catalog::newest_ubuntu_serial(&html)),
+        Some(listing) => {
+            http::get_text(agent, &listing, req.allow_http)?.and_then(|html| catalog::newest_ubuntu_serial(&html))
+        }
         None => None,
     };
     let loc = entry.location(base, serial.as_deref());
@@ -284,7 +339,7 @@ fn plan_catalog(
                 url: sums_url.clone(),
                 source,
             };
-            let text = http::get_text(agent, &sums_url)?.ok_or_else(|| PullError::Status {
+            let text = http::get_text(agent, &sums_url, req.allow_http)?.ok_or_else(|| PullError::Status {
                 url: sums_url.clone(),
                 status: 404,
             })?;
@@ -337,7 +392,7 @@ fn plan_url(
         Some(c) => (Some(c.clone()), Some("--checksum".to_owned())),
         None => {
             let side = format!("{url}.sha256");
-            match http::get_text(agent, &side)? {
+            match http::get_text(agent, &side, req.allow_http)? {
                 Some(text) => {
                     let sum = parse_sidecar(&text, Algorithm::Sha256, file).map_err(|source| PullError::Checksum {
                         url: side.clone(),
@@ -413,7 +468,7 @@ fn target_key(url: &str, expected: Option<&Checksum>) -> String {
 /// An image already stored and verified against `expected`.
 fn stored_with(store: &ImageStore, expected: &Checksum) -> Result<Option<ImageRecord>, PullError> {
     let want = expected.to_string();
-    Ok(store.list()?.into_iter().find(|r| {
+    Ok(store.scan()?.records.into_iter().find(|r| {
         (r.source.checksum.as_deref() == Some(want.as_str()) || r.digest == want) && r.verified && r.path.is_file()
     }))
 }
@@ -440,6 +495,25 @@ mod tests {
         let s = PullSource::parse("ubuntu:noble").unwrap();
 
         assert_eq!(s, PullSource::Catalog(ImageRef::parse("ubuntu:24.04").unwrap()));
+    }
+
+    #[test]
+    fn pull_source_registry_ref_is_oci() {
+        let s = PullSource::parse("registry.example:5000/team/repo:tag").unwrap();
+
+        assert!(matches!(s, PullSource::Oci(_)), "{s:?}");
+    }
+
+    #[test]
+    fn pull_oci_source_is_unsupported_without_network() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let req = PullRequest::new(PullSource::parse("localhost:5000/repo:1").unwrap());
+
+        let err = pull(&store, &req, &mut |_| {}).unwrap_err();
+
+        assert!(matches!(err, PullError::OciUnsupported(_)), "{err:?}");
+        assert!(err.to_string().contains("not supported yet"), "{err}");
     }
 
     #[test]

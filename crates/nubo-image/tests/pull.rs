@@ -106,7 +106,7 @@ fn blobs(store: &ImageStore) -> usize {
 
 fn run(store: &ImageStore, req: &PullRequest) -> (Result<nubo_image::ImageRecord, PullError>, Vec<PullEvent>) {
     let mut events = Vec::new();
-    let r = pull(store, req, &mut |e| events.push(e));
+    let r = pull(store, req, &mut |e| events.push(e)).map(|added| added.record);
     (r, events)
 }
 

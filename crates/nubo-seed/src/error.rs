@@ -2,6 +2,8 @@
 
 use nubo_core::ErrorKind;
 
+use crate::yaml::{YamlError, YamlErrorKind};
+
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
     #[error("hostname `{hostname}` is invalid: {why}")]
@@ -10,11 +12,19 @@ pub enum SeedError {
     #[error("instance-id `{id}` is invalid: {why}")]
     InvalidInstanceId { id: String, why: String },
 
-    #[error("user-data is not a format cloud-init runs: {why}")]
-    UnsupportedUserData { why: String },
+    #[error("{what} is not a format cloud-init runs: {why}")]
+    UnsupportedUserData { what: &'static str, why: String },
 
-    #[error("user-data `#cloud-config` is not valid YAML at line {line}, column {column}: {why}")]
-    InvalidCloudConfig { line: usize, column: usize, why: String },
+    #[error("{what} is not YAML nubo accepts (line {line}, column {column}): {kind}")]
+    InvalidYaml {
+        what: &'static str,
+        line: usize,
+        column: usize,
+        kind: YamlErrorKind,
+    },
+
+    #[error("network-config is not one cloud-init reads: {why}")]
+    InvalidNetworkConfig { why: String },
 
     #[error("MAC address `{mac}` is invalid: write six hex pairs such as 52:54:00:12:34:56")]
     InvalidMac { mac: String },
@@ -51,7 +61,8 @@ impl SeedError {
             | SeedError::InvalidInstanceId { .. }
             | SeedError::InvalidMac { .. }
             | SeedError::UnsupportedUserData { .. }
-            | SeedError::InvalidCloudConfig { .. }
+            | SeedError::InvalidYaml { .. }
+            | SeedError::InvalidNetworkConfig { .. }
             | SeedError::FileTooLarge { .. }
             | SeedError::InvalidFileName { .. }
             | SeedError::DuplicateFile { .. }
@@ -59,6 +70,16 @@ impl SeedError {
             SeedError::Malformed { .. } => ErrorKind::Integrity,
             SeedError::UnsupportedImage { .. } => ErrorKind::Unsupported,
             SeedError::Write(_) | SeedError::Vfat(_) => ErrorKind::Io,
+        }
+    }
+
+    /// `what` (`network-config`, ...) refused by the bounded YAML check.
+    pub(crate) fn yaml(what: &'static str, e: YamlError) -> SeedError {
+        SeedError::InvalidYaml {
+            what,
+            line: e.line,
+            column: e.column,
+            kind: e.kind,
         }
     }
 

@@ -11,14 +11,14 @@ mod meta;
 mod network;
 mod user_data;
 mod vfat;
-mod yaml;
+pub mod yaml;
 
 pub use cloud_config::{render_cloud_config, CloudConfig};
 pub use error::SeedError;
 pub use iso::{read_iso, write_iso_files, MAX_FILE_SIZE, VOLUME_ID};
 pub use meta::{render_meta_data, validate_hostname, validate_instance_id};
 pub use network::render_network_config_dhcp;
-pub use user_data::validate_user_data;
+pub use user_data::{validate_network_config, validate_user_data, validate_vendor_data};
 pub use vfat::{build_vfat, read_vfat};
 
 /// The file names cloud-init's NoCloud datasource looks for.
@@ -26,6 +26,20 @@ pub const META_DATA: &str = "meta-data";
 pub const USER_DATA: &str = "user-data";
 pub const NETWORK_CONFIG: &str = "network-config";
 pub const VENDOR_DATA: &str = "vendor-data";
+
+/// The most bytes nubo reads from each file a user names for a seed. A seed file's own limit
+/// ([`MAX_FILE_SIZE`]) for the payloads, so a file nubo would refuse later is refused before it
+/// is read in full (and `/dev/zero` is refused at once for not being a regular file).
+pub const MAX_USER_DATA: u64 = MAX_FILE_SIZE;
+pub const MAX_NETWORK_CONFIG: u64 = MAX_FILE_SIZE;
+pub const MAX_VENDOR_DATA: u64 = MAX_FILE_SIZE;
+pub const MAX_META_DATA: u64 = MAX_FILE_SIZE;
+/// An `authorized_keys`-style file of public keys (`--ssh-key @FILE`): a key line is under
+/// 1 KiB even for RSA-16384, so 1 MiB is a thousand keys.
+pub const MAX_SSH_KEY_FILE: u64 = 1024 * 1024;
+/// A seed image to inspect: four files at [`MAX_FILE_SIZE`] plus the filesystem's own
+/// structures fit well inside it.
+pub const MAX_SEED_IMAGE: u64 = 128 * 1024 * 1024;
 
 /// What goes into a seed. User-data, network-config and vendor-data are passed through byte for
 /// byte (never parsed and re-serialised: YAML 1.1 would turn `0644` into a number).

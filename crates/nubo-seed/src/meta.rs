@@ -1,7 +1,9 @@
 //! `meta-data`: the instance-id and local-hostname cloud-init's NoCloud datasource reads.
 
+use nubo_core::file::escape_control;
+
 use crate::error::SeedError;
-use crate::yaml::scalar;
+use crate::yaml::{quote, scalar};
 
 /// RFC 1035's limit on a name's length (in its dotted text form).
 const MAX_HOSTNAME: usize = 253;
@@ -16,8 +18,8 @@ const MAX_INSTANCE_ID: usize = 255;
 pub fn validate_hostname(h: &str) -> Result<(), SeedError> {
     let fail = |why: String| {
         Err(SeedError::InvalidHostname {
-            hostname: h.to_owned(),
-            why,
+            hostname: quote(h),
+            why: escape_control(&why),
         })
     };
     if let Some(c) = h.chars().find(|c| !c.is_ascii()) {
@@ -52,7 +54,12 @@ pub fn validate_hostname(h: &str) -> Result<(), SeedError> {
 /// Checks an instance-id: cloud-init uses it as a directory name, so it is kept to a portable
 /// file-name alphabet (a UUID, `iid-local01` or `i-0abc` all fit).
 pub fn validate_instance_id(id: &str) -> Result<(), SeedError> {
-    let fail = |why: String| Err(SeedError::InvalidInstanceId { id: id.to_owned(), why });
+    let fail = |why: String| {
+        Err(SeedError::InvalidInstanceId {
+            id: quote(id),
+            why: escape_control(&why),
+        })
+    };
     if id.is_empty() {
         return fail("it is empty: use the VM's UUID".into());
     }
@@ -130,6 +137,28 @@ mod tests {
         let err = validate_hostname("café").unwrap_err();
 
         assert!(err.to_string().contains("punycode"), "{err}");
+    }
+
+    #[test]
+    fn validate_hostname_escape_sequence_is_quoted_escaped() {
+        let err = validate_hostname("a\x1b[2Jb").unwrap_err();
+
+        let msg = err.to_string();
+        assert!(!msg.contains('\x1b') && msg.contains("a\\u{1b}[2Jb"), "{msg}");
+    }
+
+    #[test]
+    fn validate_hostname_option_shaped_is_refused() {
+        let err = validate_hostname("-oProxyCommand=x").unwrap_err();
+
+        assert!(err.to_string().contains("`=` is not allowed"), "{err}");
+    }
+
+    #[test]
+    fn validate_hostname_bidi_override_is_quoted_escaped() {
+        let err = validate_hostname("ab\u{202e}cd").unwrap_err();
+
+        assert!(!err.to_string().contains('\u{202e}'), "{err}");
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! Which user-data nubo passes to a guest: only what cloud-init would act on. Passing anything
 //! else through means a VM that boots "fine" and silently ignores its configuration.
 
-use yaml_rust2::{Yaml, YamlLoader};
+use nubo_core::file::escape_control;
 
 use crate::error::SeedError;
+use crate::yaml::{check_bounded, Limits, TopLevel};
 
 const CLOUD_CONFIG: &str = "#cloud-config";
 const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
@@ -23,34 +24,63 @@ const OTHER_HEADERS: &[&str] = &[
 /// MIME multipart starts with one of these headers (matched without regard to case).
 const MIME_HEADERS: &[&str] = &["content-type:", "mime-version:"];
 
+/// How many characters of a refused first line an error quotes.
+const SHOWN_CHARS: usize = 40;
+
 /// Refuses user-data that is not `#cloud-config`, a `#!` script, MIME multipart or gzip (or one of
-/// cloud-init's other documented headers); a `#cloud-config` must be one YAML mapping, and a
-/// syntax error names its line and column. Empty user-data is accepted: it means "none".
+/// cloud-init's other documented headers); a `#cloud-config` must be one YAML mapping within
+/// [`Limits::DEFAULT`], and a refusal names its line and column. Empty user-data is accepted: it
+/// means "none".
 pub fn validate_user_data(bytes: &[u8]) -> Result<(), SeedError> {
+    validate_payload(bytes, "user-data")
+}
+
+/// vendor-data goes through the same handlers as user-data in cloud-init, so the same rules.
+pub fn validate_vendor_data(bytes: &[u8]) -> Result<(), SeedError> {
+    validate_payload(bytes, "vendor-data")
+}
+
+/// A network-config must be one YAML mapping (`version: 1` or `2`, or under `network:`) within
+/// [`Limits::DEFAULT`]; empty means "none".
+pub fn validate_network_config(bytes: &[u8]) -> Result<(), SeedError> {
+    let docs = check_bounded(bytes, &Limits::DEFAULT).map_err(|e| SeedError::yaml("network-config", e))?;
+    match top_level(&docs) {
+        None => Ok(()),
+        Some(found) => Err(SeedError::InvalidNetworkConfig {
+            why: format!("its top level is {found}: it must be one mapping such as `version: 2`"),
+        }),
+    }
+}
+
+fn validate_payload(bytes: &[u8], what: &'static str) -> Result<(), SeedError> {
     if bytes.is_empty() || bytes.starts_with(GZIP_MAGIC) {
         return Ok(());
     }
     if bytes.starts_with(UTF8_BOM) {
         return unsupported(
-            "it starts with a UTF-8 byte-order mark, which hides its header from cloud-init: remove it",
+            what,
+            "it starts with a UTF-8 byte-order mark, which hides its header from cloud-init: remove it".into(),
         );
     }
     if OTHER_HEADERS.iter().any(|h| bytes.starts_with(h.as_bytes())) || is_mime(bytes) {
         return Ok(());
     }
     if bytes.starts_with(CLOUD_CONFIG.as_bytes()) {
-        return validate_cloud_config(bytes);
+        return validate_cloud_config(bytes, what);
     }
     let first_line = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
-    let shown: String = String::from_utf8_lossy(first_line).chars().take(40).collect();
-    unsupported(&format!(
-        "it starts with `{}`: begin it with `#cloud-config` (YAML) or `#!` (a script), or give a MIME multipart or gzip file",
-        shown.trim_end()
-    ))
+    let shown: String = String::from_utf8_lossy(first_line).chars().take(SHOWN_CHARS).collect();
+    unsupported(
+        what,
+        format!(
+            "it starts with `{}`: begin it with `#cloud-config` (YAML) or `#!` (a script), or give a MIME multipart or gzip file",
+            escape_control(shown.trim_end())
+        ),
+    )
 }
 
-fn unsupported(why: &str) -> Result<(), SeedError> {
-    Err(SeedError::UnsupportedUserData { why: why.to_owned() })
+fn unsupported(what: &'static str, why: String) -> Result<(), SeedError> {
+    Err(SeedError::UnsupportedUserData { what, why })
 }
 
 fn is_mime(bytes: &[u8]) -> bool {
@@ -59,38 +89,29 @@ fn is_mime(bytes: &[u8]) -> bool {
         .any(|h| bytes.len() >= h.len() && bytes[..h.len()].eq_ignore_ascii_case(h.as_bytes()))
 }
 
-fn validate_cloud_config(bytes: &[u8]) -> Result<(), SeedError> {
-    let text = std::str::from_utf8(bytes).map_err(|e| {
-        let (line, column) = line_column(bytes, e.valid_up_to());
-        SeedError::InvalidCloudConfig {
-            line,
-            column,
-            why: "the bytes here are not UTF-8".into(),
-        }
-    })?;
-    let docs = YamlLoader::load_from_str(text).map_err(|e| SeedError::InvalidCloudConfig {
-        line: e.marker().line(),
-        column: e.marker().col() + 1,
-        why: e.info().to_owned(),
-    })?;
-    let found = match docs.as_slice() {
-        [] | [Yaml::Hash(_)] | [Yaml::Null] => return Ok(()),
-        [Yaml::Array(_)] => "a list",
-        [_] => "a single value",
-        [..] => "several YAML documents",
+fn validate_cloud_config(bytes: &[u8], what: &'static str) -> Result<(), SeedError> {
+    let shown = match what {
+        "vendor-data" => "vendor-data `#cloud-config`",
+        _ => "user-data `#cloud-config`",
     };
-    Err(SeedError::UnsupportedUserData {
-        why: format!("its `#cloud-config` top level is {found}: it must be one mapping of keys such as `runcmd:`"),
-    })
+    let docs = check_bounded(bytes, &Limits::DEFAULT).map_err(|e| SeedError::yaml(shown, e))?;
+    match top_level(&docs) {
+        None => Ok(()),
+        Some(found) => unsupported(
+            what,
+            format!("its `#cloud-config` top level is {found}: it must be one mapping of keys such as `runcmd:`"),
+        ),
+    }
 }
 
-/// 1-based line and column (in characters) of byte `offset`.
-fn line_column(bytes: &[u8], offset: usize) -> (usize, usize) {
-    let before = &bytes[..offset.min(bytes.len())];
-    let line_start = before.iter().rposition(|b| *b == b'\n').map_or(0, |p| p + 1);
-    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
-    let column = String::from_utf8_lossy(&before[line_start..]).chars().count() + 1;
-    (line, column)
+/// What is wrong with a document list that should be one mapping (or nothing), in words.
+fn top_level(docs: &[TopLevel]) -> Option<&'static str> {
+    match docs {
+        [] | [TopLevel::Mapping] | [TopLevel::Null] => None,
+        [TopLevel::Sequence] => Some("a list"),
+        [_] => Some("a single value"),
+        [..] => Some("several YAML documents"),
+    }
 }
 
 #[cfg(test)]
@@ -99,8 +120,8 @@ mod tests {
 
     fn cloud_config_error(bytes: &[u8]) -> (usize, usize) {
         match validate_user_data(bytes) {
-            Err(SeedError::InvalidCloudConfig { line, column, .. }) => (line, column),
-            other => panic!("expected InvalidCloudConfig, got {other:?}"),
+            Err(SeedError::InvalidYaml { line, column, .. }) => (line, column),
+            other => panic!("expected InvalidYaml, got {other:?}"),
         }
     }
 
@@ -193,8 +214,61 @@ mod tests {
         assert!(err.to_string().contains("a list"), "{err}");
     }
 
+    /// Regression (issue 9): a 373-byte user-data of nested aliases took 17 GB in 60 s.
     #[test]
-    fn line_column_second_line_counts_characters() {
-        assert_eq!(line_column("a\né x".as_bytes(), 5), (2, 3));
+    fn validate_user_data_billion_laughs_is_refused() {
+        let mut bomb = String::from("#cloud-config\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+            .iter()
+            .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+        {
+            bomb.push_str(&format!(
+                "{name}: &{name} [{}]\n",
+                vec![format!("*{prev}"); 9].join(", ")
+            ));
+        }
+
+        let err = validate_user_data(bomb.as_bytes()).unwrap_err();
+
+        assert!(err.to_string().contains("alias bomb"), "{err}");
+    }
+
+    #[test]
+    fn validate_user_data_escape_sequence_in_first_line_is_escaped() {
+        let err = validate_user_data(b"\x1b]0;owned\x07hi\n").unwrap_err();
+
+        let msg = err.to_string();
+        assert!(
+            !msg.contains('\x1b') && msg.contains("\\u{1b}]0;owned\\u{7}hi"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn validate_vendor_data_plain_text_is_refused_naming_vendor_data() {
+        let err = validate_vendor_data(b"hello\n").unwrap_err();
+
+        assert!(err.to_string().starts_with("vendor-data "), "{err}");
+    }
+
+    #[test]
+    fn validate_network_config_v2_mapping_is_accepted() {
+        assert!(validate_network_config(b"version: 2\nethernets: {}\n").is_ok());
+    }
+
+    #[test]
+    fn validate_network_config_list_is_refused() {
+        let err = validate_network_config(b"- version: 2\n").unwrap_err();
+
+        assert!(err.to_string().contains("a list"), "{err}");
+    }
+
+    #[test]
+    fn validate_network_config_deep_nesting_is_refused() {
+        let text = format!("version: 2\nx: {}{}\n", "[".repeat(200), "]".repeat(200));
+
+        let err = validate_network_config(text.as_bytes()).unwrap_err();
+
+        assert!(err.to_string().contains("nest deeper than 128"), "{err}");
     }
 }

@@ -22,6 +22,8 @@ pub enum ImageCmd {
     Import(ImportArgs),
     /// Convert an image to another format
     Convert(ConvertArgs),
+    /// Remove blobs no tag or VM uses, stale partial downloads and empty tag directories
+    Prune(PruneArgs),
     /// Print a file's digest (what pull verifies with; used by the benchmarks)
     #[command(hide = true)]
     Hash(HashArgs),
@@ -38,6 +40,9 @@ pub struct PullArgs {
     /// A catalog reference (`debian:12`, `ubuntu:noble`, `rocky:9`) or an https URL
     #[arg(value_name = "REF|URL")]
     pub source: String,
+    /// Re-point the tag if it already names another image (the old one stays until `nubo image prune`)
+    #[arg(long)]
+    pub force: bool,
     /// Verify against this instead of the published checksum file or `<url>.sha256`
     #[arg(long, value_name = "sha256:<hex>|sha512:<hex>")]
     pub checksum: Option<String>,
@@ -81,6 +86,9 @@ pub struct ImportArgs {
     /// Reference to store it under
     #[arg(short = 't', long = "tag", value_name = "name:tag")]
     pub tag: String,
+    /// Re-point the tag if it already names another image (the old one stays until `nubo image prune`)
+    #[arg(long)]
+    pub force: bool,
     /// The image has no cloud-init: VMs get no seed and refuse --hostname/--ssh-key/--user-data
     #[arg(long)]
     pub appliance: bool,
@@ -116,6 +124,19 @@ pub struct ConvertArgs {
     /// Compress (qcow2 and vmdk only)
     #[arg(long)]
     pub compress: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Removes: blobs no tag points at and no VM is based on (with their boot files), partial downloads no pull is writing, leftovers of killed imports, empty tag directories.\n\
+Refused while a tag's record is unreadable (`nubo image ls` names it): prune could not tell whether its blob is in use."
+)]
+pub struct PruneArgs {
+    /// Report what would be removed without removing it
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: crate::output::Format,
 }
 
 #[derive(Debug, clap::Args)]

@@ -16,7 +16,8 @@ pub enum SeedCmd {
     after_help = "Examples:\n  nubo seed build -o seed.iso --hostname web-1 --ssh-key @~/.ssh/id_ed25519.pub\n  nubo seed build -o seed.iso --user-data user-data.yaml --network-config net.yaml\n  nubo seed build seed.iso user-data [meta-data]        # as cloud-localds"
 )]
 pub struct SeedBuildArgs {
-    /// Where to write the image (`-` for stdout); replaced atomically
+    /// Where to write the image (`-` for stdout), mode 0600; an existing regular file is replaced
+    /// atomically, anything else there (symlink, device, FIFO, directory) is refused
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// cloud-localds order: OUTPUT USER-DATA [META-DATA] (without -o), or USER-DATA [META-DATA] with -o
@@ -31,7 +32,7 @@ pub struct SeedBuildArgs {
     /// A public key for the image's default user, or @FILE of keys (one a line); repeatable
     #[arg(long = "ssh-key", value_name = "K|@FILE")]
     pub ssh_keys: Vec<String>,
-    /// user-data passed through byte for byte (#cloud-config, #! script, MIME multipart or gzip)
+    /// user-data passed through byte for byte (#cloud-config, #! script, MIME multipart or gzip; at most 16 MiB)
     #[arg(long = "user-data", value_name = "FILE")]
     pub user_data: Option<PathBuf>,
     /// Network config (version 1 or 2), passed through
@@ -43,7 +44,7 @@ pub struct SeedBuildArgs {
     /// ISO9660 + Joliet (every guest) or VFAT (VMMs without a CD-ROM)
     #[arg(long, value_enum, default_value_t = SeedFormatArg::Iso)]
     pub format: SeedFormatArg,
-    /// Pass user-data through even when it is not a format cloud-init runs
+    /// Pass user-data, network-config and vendor-data through unchecked (no format or YAML check)
     #[arg(long = "no-validate")]
     pub no_validate: bool,
 }

@@ -20,12 +20,14 @@ const DEFAULT_MEMORY_MIB: u64 = 1024;
 pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
     let reference = ImageRef::parse(&args.reference)?;
     let release = Release::find(&reference.name, &reference.tag)?;
-    let host = Host::probe().context("checking this host for `nubo image bootstrap`")?;
     let mirror = match &args.mirror {
         Some(m) => m.clone(),
         None => nubo_bootstrap::host_mirror(Path::new("/etc/apt"))?,
     };
+    // Before the host probe: a refused mirror or package name is the user's to fix, whatever
+    // this host has installed.
     let recipe = Recipe::new(release, mirror, args.size, args.packages.clone())?;
+    let host = Host::probe().context("checking this host for `nubo image bootstrap`")?;
     let cache = match (&args.cache_dir, args.no_cache) {
         (_, true) => None,
         (Some(d), false) => Some(d.clone()),

@@ -1,14 +1,16 @@
-//! `nubo image pull | ls | inspect | rm | import | convert | hash`.
+//! `nubo image pull | ls | inspect | rm | import | convert | prune | hash`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use nubo_disk::Format;
 use nubo_image::{
-    ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest, PullSource, TlsSettings,
+    Added, ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest,
+    PullSource, TagChange, TlsSettings,
 };
 
-use crate::cli::image::{ConvertArgs, ConvertTo, HashArgs, ImageCmd, ImportArgs, PullArgs};
+use crate::cli::image::{ConvertArgs, ConvertTo, HashArgs, ImageCmd, ImportArgs, PruneArgs, PullArgs};
 use crate::output::{print_json, print_table, Format as OutputFormat};
 use crate::settings::Settings;
 
@@ -26,6 +28,7 @@ pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
         ImageCmd::Rm(a) => rm(&a.reference, settings),
         ImageCmd::Import(a) => import(&a, settings),
         ImageCmd::Convert(a) => convert(&a, settings),
+        ImageCmd::Prune(a) => prune(&a, settings),
         ImageCmd::Hash(a) => hash(&a),
     }
 }
@@ -54,13 +57,30 @@ fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
     req.tls.extra_ca = a.ca_cert.clone();
     req.allow_http = a.allow_http;
     req.insecure_no_checksum = a.insecure_no_checksum;
-    let rec = run_pull(&req, settings)?;
+    req.force = a.force;
+    let added = run_pull(&req, settings)?;
+    let rec = &added.record;
     let how = match (&rec.source.checksum, rec.verified) {
         (Some(c), true) => format!("verified {}", c.split(':').next().unwrap_or("checksum")),
         _ => "UNVERIFIED: only TLS vouched for it".to_owned(),
     };
     println!("{} {} ({}, {how})", rec.reference, rec.digest, human(rec.size));
+    report_change(&added);
     Ok(())
+}
+
+/// Says on stderr what tagging did when it was not a new tag: what a forced command replaced,
+/// or that the tag already held these bytes.
+fn report_change(added: &Added) {
+    let r = &added.record.reference;
+    match &added.change {
+        TagChange::Created => {}
+        TagChange::Unchanged => eprintln!("{r} unchanged: it already was {}", added.record.digest),
+        TagChange::Replaced { digest, verified } => eprintln!(
+            "replaced {r}: it was {digest} ({}); `nubo image prune` removes the old image once no tag or VM uses it",
+            if *verified { "verified" } else { "unverified" }
+        ),
+    }
 }
 
 /// A pull with the settings' mirror for the distro and its TLS trust.
@@ -72,7 +92,7 @@ fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
             .iter()
             .find(|(d, _)| *d == r.name)
             .map(|(_, url)| url.clone()),
-        PullSource::Url(_) => None,
+        PullSource::Url(_) | PullSource::Oci(_) => None,
     };
     req.tls = TlsSettings {
         ca_bundle: settings.ssl_cert_file.clone(),
@@ -81,7 +101,7 @@ fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
     req
 }
 
-fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<ImageRecord> {
+fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<Added> {
     let store = open_store(settings)?;
     let mut reporter = progress::Reporter::new(settings.stderr_tty);
     let rec = nubo_image::pull(&store, req, &mut |e: PullEvent| reporter.event(e));
@@ -102,12 +122,12 @@ pub(crate) fn pull_url(
     req.checksum = checksum.map(str::parse).transpose().context("--checksum")?;
     req.insecure_no_checksum = insecure_no_checksum;
     req.allow_http = allow_http;
-    run_pull(&req, settings)
+    run_pull(&req, settings).map(|added| added.record)
 }
 
 /// For the engine (`vm create --image REF` of an official reference not in the store yet).
 pub(crate) fn pull_catalog(r: &ImageRef, settings: &Settings) -> anyhow::Result<ImageRecord> {
-    run_pull(&pull_request(PullSource::Catalog(r.clone()), settings), settings)
+    Ok(run_pull(&pull_request(PullSource::Catalog(r.clone()), settings), settings)?.record)
 }
 
 /// Binary multiples, one decimal, as `ls -h` and qemu-img print them.
@@ -138,8 +158,18 @@ fn source_label(r: &ImageRecord) -> String {
     }
 }
 
+/// Lists every readable record; each unreadable one is a warning on stderr naming the file
+/// (exit 0, and `-o json` stays the JSON array of the readable ones).
 fn ls(output: OutputFormat, settings: &Settings) -> anyhow::Result<()> {
-    let records = open_store(settings)?.list()?;
+    let listing = open_store(settings)?.scan()?;
+    for bad in &listing.bad {
+        eprintln!(
+            "warning: skipped {}: {}; remove the file (or `nubo image import --force` over its tag) to clear this",
+            bad.path.display(),
+            chain(&bad.error)
+        );
+    }
+    let records = listing.records;
     if output == OutputFormat::Json {
         return print_json(&records);
     }
@@ -169,7 +199,7 @@ fn rm(reference: &str, settings: &Settings) -> anyhow::Result<()> {
     let r = parse_ref(reference)?;
     let rec = store.require(&r)?;
     let vms_dir = settings.roots.vms();
-    let users = nubo_image::vms_using(&vms_dir, &rec)
+    let users = nubo_engine::usage::vms_using(&vms_dir, &rec)
         .with_context(|| format!("reading VM records in {}", vms_dir.display()))?;
     if !users.is_empty() {
         bail!(
@@ -193,8 +223,10 @@ fn import(a: &ImportArgs, settings: &Settings) -> anyhow::Result<()> {
         appliance: a.appliance,
         default_vcpus: a.default_vcpus,
         default_memory_mib: a.default_memory.map(|m| m.mib()),
+        force: a.force,
     };
-    let rec = nubo_image::import(&store, &req).with_context(|| format!("importing {}", a.file.display()))?;
+    let added = nubo_image::import(&store, &req).with_context(|| format!("importing {}", a.file.display()))?;
+    let rec = &added.record;
     println!(
         "{} {} ({} {}, {})",
         rec.reference,
@@ -203,7 +235,97 @@ fn import(a: &ImportArgs, settings: &Settings) -> anyhow::Result<()> {
         human(rec.size),
         rec.kind_label()
     );
+    report_change(&added);
     Ok(())
+}
+
+/// Digests among `candidates` that some VM's record names as its base.
+fn digests_in_use(candidates: &[String], settings: &Settings) -> anyhow::Result<BTreeSet<String>> {
+    let vms_dir = settings.roots.vms();
+    let mut used = BTreeSet::new();
+    for digest in candidates {
+        // No tag names this blob any more: only a VM's digest can still point at it.
+        let probe = ImageRecord {
+            reference: digest.clone(),
+            digest: digest.clone(),
+            ..placeholder_record()
+        };
+        let users = nubo_engine::usage::vms_using(&vms_dir, &probe)
+            .with_context(|| format!("reading VM records in {}", vms_dir.display()))?;
+        if !users.is_empty() {
+            used.insert(digest.clone());
+        }
+    }
+    Ok(used)
+}
+
+fn placeholder_record() -> ImageRecord {
+    ImageRecord {
+        reference: String::new(),
+        digest: String::new(),
+        path: PathBuf::new(),
+        format: String::new(),
+        size: 0,
+        virtual_size: 0,
+        cloud_init: false,
+        os: None,
+        release: None,
+        arch: String::new(),
+        firmware: vec![],
+        boot: None,
+        default_vcpus: 0,
+        default_memory_mib: 0,
+        default_user: None,
+        hypervisor: None,
+        source: nubo_image::ImageSource {
+            kind: nubo_image::SourceKind::Import,
+            url: None,
+            checksum: None,
+            serial: None,
+            recipe: None,
+        },
+        verified: false,
+        created: String::new(),
+        build_seconds: None,
+    }
+}
+
+fn prune(a: &PruneArgs, settings: &Settings) -> anyhow::Result<()> {
+    let store = open_store(settings)?;
+    let in_use = digests_in_use(&store.unreferenced_blobs()?, settings)?;
+    let report = store.prune(&in_use, a.dry_run)?;
+    if a.output == OutputFormat::Json {
+        return print_json(&report);
+    }
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    for p in &report.removed {
+        println!("{verb} {} {} ({})", p.kind, p.path.display(), human(p.bytes));
+    }
+    for d in &report.kept_in_use {
+        eprintln!("kept {d}: a VM is based on it (`nubo vm ls`)");
+    }
+    for p in &report.kept_active {
+        eprintln!("kept {}: a pull is writing it", p.display());
+    }
+    let reclaimed = if a.dry_run { "would reclaim" } else { "reclaimed" };
+    println!(
+        "{reclaimed} {} in {} item(s)",
+        human(report.bytes),
+        report.removed.len()
+    );
+    Ok(())
+}
+
+/// A library error with its sources, `: `-joined as `main` prints fatal ones.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cur = c.source();
+    }
+    text
 }
 
 fn target_format(to: ConvertTo) -> Format {

@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use nubo_core::file::escape_control;
 use nubo_seed::{CloudConfig, SeedFile, SeedFormat, SeedSpec};
 
 use crate::cli::seed::{SeedBuildArgs, SeedCmd, SeedFormatArg, SeedInspectArgs};
@@ -49,19 +50,17 @@ fn resolve_inputs(a: &SeedBuildArgs) -> anyhow::Result<Inputs> {
 
 fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
     let inputs = resolve_inputs(a)?;
-    if inputs.output != Path::new("-") && inputs.output.is_dir() {
-        bail!(
-            "output {} is a directory: give a file path such as {}/seed.iso",
-            inputs.output.display(),
-            inputs.output.display()
-        );
+    let to_stdout = inputs.output == Path::new("-");
+    if !to_stdout {
+        // Up front, so a device, FIFO or symlink at the output is refused before any work.
+        nubo_core::file::check_output(&inputs.output).context("checking the seed's output path")?;
     }
     let user_data = match &inputs.user_data {
         Some(path) => {
             if !a.ssh_keys.is_empty() {
                 bail!("--ssh-key cannot be combined with user-data {}: add the key under `ssh_authorized_keys:` in that file", path.display());
             }
-            let bytes = read_input(path, "user-data")?;
+            let bytes = read_input(path, "user-data", nubo_seed::MAX_USER_DATA)?;
             if !a.no_validate {
                 nubo_seed::validate_user_data(&bytes)
                     .with_context(|| format!("{} (pass --no-validate to send it anyway)", path.display()))?;
@@ -82,25 +81,39 @@ fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let network_config = match &a.network_config {
+        Some(path) => {
+            let bytes = read_input(path, "network-config", nubo_seed::MAX_NETWORK_CONFIG)?;
+            if !a.no_validate {
+                nubo_seed::validate_network_config(&bytes)
+                    .with_context(|| format!("{} (pass --no-validate to send it anyway)", path.display()))?;
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
+    let vendor_data = match &a.vendor_data {
+        Some(path) => {
+            let bytes = read_input(path, "vendor-data", nubo_seed::MAX_VENDOR_DATA)?;
+            if !a.no_validate {
+                nubo_seed::validate_vendor_data(&bytes)
+                    .with_context(|| format!("{} (pass --no-validate to send it anyway)", path.display()))?;
+            }
+            Some(bytes)
+        }
+        None => None,
+    };
     let spec = SeedSpec {
         instance_id: a.instance_id.clone(),
         local_hostname: a.hostname.clone().unwrap_or_default(),
         user_data,
-        network_config: a
-            .network_config
-            .as_deref()
-            .map(|p| read_input(p, "network-config"))
-            .transpose()?,
-        vendor_data: a
-            .vendor_data
-            .as_deref()
-            .map(|p| read_input(p, "vendor-data"))
-            .transpose()?,
+        network_config,
+        vendor_data,
     };
     let mut files = nubo_seed::seed_files(&spec).context("building the seed's meta-data")?;
     if let Some(path) = &inputs.meta_data {
         // cloud-localds' META-DATA replaces the generated one, byte for byte.
-        files[0].data = read_input(path, "meta-data")?;
+        files[0].data = read_input(path, "meta-data", nubo_seed::MAX_META_DATA)?;
     }
     let image = match a.format {
         SeedFormatArg::Iso => {
@@ -110,34 +123,27 @@ fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
         SeedFormatArg::Vfat => nubo_seed::build_vfat(&files),
     }
     .context("building the seed image")?;
-    write_output(&inputs.output, &image)
-}
-
-fn write_output(path: &Path, image: &[u8]) -> anyhow::Result<()> {
-    if path == Path::new("-") {
+    if to_stdout {
         let mut out = std::io::stdout().lock();
-        out.write_all(image)?;
+        out.write_all(&image)?;
         return Ok(out.flush()?);
     }
-    nubo_core::write_atomic(path, image).with_context(|| {
+    // 0600: a seed carries the user's keys and whatever secrets their user-data holds.
+    nubo_core::file::write_output(&inputs.output, &image, SEED_MODE).with_context(|| {
         format!(
             "writing seed image {} (check that its directory exists and is writable)",
-            path.display()
+            inputs.output.display()
         )
     })
 }
 
-fn read_input(path: &Path, what: &str) -> anyhow::Result<Vec<u8>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {what} file {}", path.display()))?;
-    if bytes.len() as u64 > nubo_seed::MAX_FILE_SIZE {
-        bail!(
-            "{what} file {} is {} bytes, over the seed's {}-byte limit: move large payloads into the image",
-            path.display(),
-            bytes.len(),
-            nubo_seed::MAX_FILE_SIZE
-        );
-    }
-    Ok(bytes)
+/// The seed's file mode: it may hold secrets (passwords, tokens in user-data).
+const SEED_MODE: u32 = 0o600;
+
+/// The whole of input file `path`, refused at once when it is not a regular file (a FIFO, a
+/// device such as `/dev/zero`, a directory) or is over `max` bytes.
+fn read_input(path: &Path, what: &str, max: u64) -> anyhow::Result<Vec<u8>> {
+    Ok(nubo_core::file::read_bounded(path, &format!("{what} file"), max)?)
 }
 
 /// Prefixes of OpenSSH public key lines (`ssh-keygen -l` knows no others).
@@ -148,8 +154,13 @@ fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
     let (text, origin) = match arg.strip_prefix('@') {
         Some(path) => {
             let path = expand_home(path);
-            let text =
-                std::fs::read_to_string(&path).with_context(|| format!("reading --ssh-key file {}", path.display()))?;
+            let bytes = read_input(&path, "--ssh-key", nubo_seed::MAX_SSH_KEY_FILE)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "--ssh-key file {} is not UTF-8 text: give a public key file (`.pub`)",
+                    path.display()
+                )
+            })?;
             (text, format!("file {}", path.display()))
         }
         None => (arg.to_owned(), "--ssh-key".to_owned()),
@@ -168,6 +179,7 @@ fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
     }
     if let Some(bad) = keys.iter().find(|k| !KEY_TYPES.iter().any(|t| k.starts_with(t))) {
         let shown: String = bad.chars().take(30).collect();
+        let shown = escape_control(&shown);
         bail!("{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH");
     }
     Ok(keys)
@@ -197,7 +209,7 @@ struct InspectJson<'a> {
 }
 
 fn inspect(a: &SeedInspectArgs) -> anyhow::Result<()> {
-    let image = std::fs::read(&a.image).with_context(|| format!("reading seed image {}", a.image.display()))?;
+    let image = nubo_core::file::read_bounded(&a.image, "seed image", nubo_seed::MAX_SEED_IMAGE)?;
     let format = SeedFormat::sniff(&image).with_context(|| {
         format!(
             "{} is not a seed image (neither ISO9660 nor VFAT): build one with `nubo seed build`",
@@ -227,9 +239,10 @@ fn text(f: &SeedFile) -> Option<&str> {
 }
 
 fn print_files(format: SeedFormat, files: &[SeedFile]) -> anyhow::Result<()> {
+    // Names and contents come from the image, which anyone may have made: never raw to a terminal.
     let rows: Vec<Vec<String>> = files
         .iter()
-        .map(|f| vec![f.name.clone(), f.data.len().to_string()])
+        .map(|f| vec![escape_control(&f.name), f.data.len().to_string()])
         .collect();
     let mut out = std::io::stdout().lock();
     writeln!(out, "format: {format}")?;
@@ -237,10 +250,10 @@ fn print_files(format: SeedFormat, files: &[SeedFile]) -> anyhow::Result<()> {
     crate::output::print_table(&["NAME", "SIZE"], &rows)?;
     let mut out = std::io::stdout().lock();
     for f in files {
-        writeln!(out, "\n--- {} ({} bytes)", f.name, f.data.len())?;
+        writeln!(out, "\n--- {} ({} bytes)", escape_control(&f.name), f.data.len())?;
         match text(f) {
             Some(t) => {
-                out.write_all(t.as_bytes())?;
+                out.write_all(escape_control(t).as_bytes())?;
                 if !t.is_empty() && !t.ends_with('\n') {
                     writeln!(out)?;
                 }
@@ -327,6 +340,31 @@ mod tests {
         let keys = ssh_keys(&format!("@{}", p.display())).unwrap();
 
         assert_eq!(keys, ["ssh-ed25519 A a", "ecdsa-sha2-nistp256 B b"]);
+    }
+
+    #[test]
+    fn ssh_keys_fifo_file_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&p).status().unwrap().success());
+
+        let err = ssh_keys(&format!("@{}", p.display())).unwrap_err();
+
+        assert!(format!("{err:#}").contains("FIFO"), "{err:#}");
+    }
+
+    #[test]
+    fn ssh_keys_device_file_is_refused() {
+        let err = ssh_keys("@/dev/zero").unwrap_err();
+
+        assert!(format!("{err:#}").contains("character device"), "{err:#}");
+    }
+
+    #[test]
+    fn ssh_keys_bad_key_is_quoted_escaped() {
+        let err = ssh_keys("\x1b[2Jssh").unwrap_err();
+
+        assert!(!err.to_string().contains('\x1b'), "{err}");
     }
 
     #[test]

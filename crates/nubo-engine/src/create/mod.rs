@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use nubo_backend::{Backend, Disk, MachineSpec, SeedDevice, SeedFormat, VmRef};
-use nubo_image::{ImageRef, ImageStore};
+use nubo_image::ImageStore;
 use nubo_spec::{DiskSource, VmSpec};
 
 use crate::plan::{self, Base, Facts, Plan, SeedPlan};
@@ -51,7 +51,16 @@ impl Engine {
     fn gather(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Facts, EngineError> {
         let image = match &spec.source {
             DiskSource::Image { reference } => {
-                let r = ImageRef::parse(reference).map_err(|e| EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string()))?;
+                let r = match nubo_image::AnyRef::parse(reference) {
+                    Ok(nubo_image::AnyRef::Local(r)) => r,
+                    Ok(nubo_image::AnyRef::Oci(o)) => {
+                        return Err(EngineError::Unavailable {
+                            what: format!("booting the OCI image `{o}`"),
+                            fix: "pulling from OCI registries is not supported yet: import the image with `nubo image import` and use its local name".into(),
+                        })
+                    }
+                    Err(e) => return Err(EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string())),
+                };
                 let store = ImageStore::open(&self.roots.images())?;
                 match store.get(&r)? {
                     Some(rec) => Some(rec),

@@ -1,6 +1,7 @@
 //! An HTTPS server on 127.0.0.1 for pull tests: a self-signed CA (rcgen) the client is told to
 //! trust, rustls on ring, and a tiny HTTP/1.1 handler with Range support, a "drop the connection
-//! after N bytes" mode and a "ignore Range" mode. One request per connection.
+//! after N bytes" mode, an "ignore Range" mode, redirects, fixed error statuses and a "break the
+//! TLS stream after N bytes" mode. One request per connection.
 
 #![allow(dead_code)]
 
@@ -20,6 +21,12 @@ struct Served {
     /// Close the connection after this many body bytes, on the first GET only.
     drop_after: Option<usize>,
     ignore_range: bool,
+    /// Answer with this redirect (`Location`) instead of the body.
+    redirect: Option<String>,
+    /// Answer with this status, the first `status_times` requests (then the body).
+    status: Option<(u16, usize)>,
+    /// After this many body bytes, write bytes that are not a TLS record onto the socket.
+    corrupt_after: Option<usize>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +107,7 @@ impl Server {
         let s = Served {
             body: body.into(),
             drop_after: Some(after),
-            ignore_range: false,
+            ..Default::default()
         };
         self.state.lock().unwrap().files.insert(path.to_owned(), s);
     }
@@ -108,8 +115,37 @@ impl Server {
     pub fn put_ignoring_range(&self, path: &str, body: impl Into<Vec<u8>>) {
         let s = Served {
             body: body.into(),
-            drop_after: None,
             ignore_range: true,
+            ..Default::default()
+        };
+        self.state.lock().unwrap().files.insert(path.to_owned(), s);
+    }
+
+    /// `path` answers `302 Found` to `location`.
+    pub fn put_redirect(&self, path: &str, location: &str) {
+        let s = Served {
+            redirect: Some(location.to_owned()),
+            ..Default::default()
+        };
+        self.state.lock().unwrap().files.insert(path.to_owned(), s);
+    }
+
+    /// `path` answers `status` to its first `times` requests, then serves `body`.
+    pub fn put_status(&self, path: &str, status: u16, times: usize, body: impl Into<Vec<u8>>) {
+        let s = Served {
+            body: body.into(),
+            status: Some((status, times)),
+            ..Default::default()
+        };
+        self.state.lock().unwrap().files.insert(path.to_owned(), s);
+    }
+
+    /// `path` sends `after` body bytes, then garbage where the next TLS record should be.
+    pub fn put_corrupting(&self, path: &str, body: impl Into<Vec<u8>>, after: usize) {
+        let s = Served {
+            body: body.into(),
+            corrupt_after: Some(after),
+            ..Default::default()
         };
         self.state.lock().unwrap().files.insert(path.to_owned(), s);
     }
@@ -157,6 +193,9 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, st: Arc<Mutex<State>
         // Drop only once: the retry must be able to finish.
         if let Some(f) = s.files.get_mut(&path) {
             f.drop_after = None;
+            if let Some((code, n)) = f.status {
+                f.status = (n > 1).then_some((code, n - 1));
+            }
         }
         served
     };
@@ -168,6 +207,22 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, st: Arc<Mutex<State>
         tls.conn.send_close_notify();
         return tls.flush();
     };
+    if let Some(location) = &served.redirect {
+        write!(
+            tls,
+            "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )?;
+        tls.conn.send_close_notify();
+        return tls.flush();
+    }
+    if let Some((code, _)) = served.status {
+        write!(
+            tls,
+            "HTTP/1.1 {code} Error\r\nContent-Length: 5\r\nConnection: close\r\n\r\nerror"
+        )?;
+        tls.conn.send_close_notify();
+        return tls.flush();
+    }
     let len = served.body.len();
     let start = range
         .as_deref()
@@ -193,6 +248,16 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, st: Arc<Mutex<State>
                 tls,
                 "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nAccept-Ranges: bytes\r\nConnection: close\r\n\r\n"
             )?;
+            if let Some(n) = served.corrupt_after {
+                tls.write_all(&served.body[..n])?;
+                tls.flush()?;
+                // Not a TLS record: the client's TLS layer must fail, not see a dropped link.
+                tls.sock.write_all(&[0x17, 0x03, 0x03, 0x00, 0x10])?;
+                tls.sock.write_all(&[0xAB; 16])?;
+                let mut sink = [0u8; 64];
+                let _ = tls.sock.read(&mut sink);
+                return Ok(());
+            }
             if let Some(n) = served.drop_after {
                 tls.write_all(&served.body[..n])?;
                 tls.flush()?;

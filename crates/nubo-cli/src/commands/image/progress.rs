@@ -56,7 +56,7 @@ impl Reporter {
             PullEvent::Download { offset, total } => self.start(offset, total),
             PullEvent::Progress { done, total } => self.progress(done, total),
             PullEvent::Retry { attempt, offset, error } => self.say(&format!(
-                "connection lost at byte {offset} ({error}); resuming (attempt {attempt})"
+                "transfer failed at byte {offset} ({error}); retrying (attempt {attempt})"
             )),
             PullEvent::Restart { reason } => self.say(&format!("{reason}; downloading from the start")),
             PullEvent::Verified { checksum } => {
