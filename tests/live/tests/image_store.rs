@@ -79,9 +79,10 @@ fn import_raw() -> TestResult {
         appliance: true,
         default_vcpus: Some(4),
         default_memory_mib: Some(512),
+        force: false,
     };
 
-    let rec = import(&store, &req).map_err(|e| format!("{e:#?}"))?;
+    let rec = import(&store, &req).map_err(|e| format!("{e:#?}"))?.record;
 
     let i = info(&rec.path)?;
     if i["format"] != "qcow2" || rec.format != "qcow2" || rec.cloud_init || rec.default_vcpus != 4 {
@@ -110,6 +111,7 @@ fn import_overlay() -> TestResult {
         appliance: false,
         default_vcpus: None,
         default_memory_mib: None,
+        force: false,
     };
 
     match import(&store, &req) {

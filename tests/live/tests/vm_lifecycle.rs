@@ -809,10 +809,10 @@ fn race_round(root: &TestRoot, name: &str, same_spec: bool) -> TestResult {
     let rec = one_clean_vm(root, name, round)?;
     let uuid = field(&rec, "/uuid")?;
     one_qemu(root, &uuid, round)?;
-    if rec["request"]["hostname"] != created[0].2.as_str() {
+    if rec["spec"]["cloudInit"]["hostname"] != created[0].2.as_str() {
         return Err(format!(
             "{round}: the record's hostname {} is not the winner's {}",
-            rec["request"]["hostname"], created[0].2
+            rec["spec"]["cloudInit"]["hostname"], created[0].2
         ));
     }
     let said = other
@@ -910,11 +910,11 @@ fn microvm() -> TestResult {
     let rec = inspect(&root, name)?;
     let uuid = field(&rec, "/uuid")?;
     one_qemu(&root, &uuid, "microvm")?;
-    let argv = rec["argv"].as_array().map(|a| a.len()).unwrap_or(0);
-    if !rec["argv"].to_string().contains("microvm") || argv == 0 {
+    let argv = rec["launch"]["value"].as_array().map(|a| a.len()).unwrap_or(0);
+    if rec["launch"]["kind"] != "argv" || !rec["launch"]["value"].to_string().contains("microvm") || argv == 0 {
         return Err(format!(
-            "the recorded argv does not use the microvm machine: {}",
-            rec["argv"]
+            "the recorded launch argv does not use the microvm machine: {}",
+            rec["launch"]
         ));
     }
     let h = guest(&root, name, "hostname")?;
