@@ -67,7 +67,10 @@ impl FakeBackend {
 
     /// Makes a running VM's VMM vanish, as a crash or `kill -9` would.
     pub fn crash(&self, uuid: &str) {
-        self.vms.lock().expect("not poisoned").insert(uuid.to_owned(), VmState::Stopped);
+        self.vms
+            .lock()
+            .expect("not poisoned")
+            .insert(uuid.to_owned(), VmState::Stopped);
     }
 
     fn note(&self, verb: &str, name: &str) {
@@ -112,7 +115,10 @@ impl Backend for FakeBackend {
     }
     fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
         if let Some(k) = spec.options.keys().find(|k| !self.caps.options.contains(&k.as_str())) {
-            return Err(BackendError::InvalidSpec(format!("{} option `{k}` is unknown", self.id)));
+            return Err(BackendError::InvalidSpec(format!(
+                "{} option `{k}` is unknown",
+                self.id
+            )));
         }
         Ok(Vec::new())
     }

@@ -63,7 +63,9 @@ pub enum Firmware {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase", tag = "mode")]
 pub enum Boot {
-    Firmware { firmware: Firmware },
+    Firmware {
+        firmware: Firmware,
+    },
     /// Direct-kernel boot.
     Kernel {
         kernel: PathBuf,

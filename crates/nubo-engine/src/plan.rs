@@ -184,7 +184,10 @@ pub fn decide(
         return Err(EngineError::spec_at(
             Field::Overrides,
             &format!(".{other}"),
-            format!("`{other}` is not a backend: known backends are {}", registry.names().join(", ")),
+            format!(
+                "`{other}` is not a backend: known backends are {}",
+                registry.names().join(", ")
+            ),
         ));
     }
     refuse_unsupported(backend.id(), &caps, &boot, machine, &network, &options)?;
@@ -242,14 +245,26 @@ fn refuse_unsupported(
     if matches!(boot, Boot::Kernel { .. }) && !caps.direct_kernel {
         return Err(unsupported("direct-kernel boot", "the qemu backend"));
     }
-    if matches!(boot, Boot::Firmware { firmware: Firmware::Efi | Firmware::EfiCode(_) }) && !caps.efi {
-        return Err(unsupported("UEFI boot", "--firmware bios, or install OVMF (the ovmf package)"));
+    if matches!(
+        boot,
+        Boot::Firmware {
+            firmware: Firmware::Efi | Firmware::EfiCode(_)
+        }
+    ) && !caps.efi
+    {
+        return Err(unsupported(
+            "UEFI boot",
+            "--firmware bios, or install OVMF (the ovmf package)",
+        ));
     }
     if machine == MachineKind::Microvm && !caps.microvm {
         return Err(unsupported("the microvm machine", "the qemu backend"));
     }
     if matches!(network, NetworkMode::Named(_)) && !caps.named_networks {
-        return Err(unsupported("named networks", "the libvirt backend, or network forward|restricted"));
+        return Err(unsupported(
+            "named networks",
+            "the libvirt backend, or network forward|restricted",
+        ));
     }
     if let Some(k) = options.keys().find(|k| !caps.options.contains(&k.as_str())) {
         return Err(EngineError::spec_at(

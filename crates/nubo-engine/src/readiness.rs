@@ -182,12 +182,20 @@ pub enum Failure {
     /// A kernel panic or the initramfs shell: the guest never reaches cloud-init.
     BootFailed,
     /// cloud-init finished without reading the seed (`DataSourceNone`).
-    SeedNotRead { datasource: String },
+    SeedNotRead {
+        datasource: String,
+    },
     /// cloud-init finished, with warnings or errors from its modules.
-    CloudInitErrors { datasource: String, problems: Vec<String> },
+    CloudInitErrors {
+        datasource: String,
+        problems: Vec<String>,
+    },
     /// `cloud-init status` over SSH reported failure.
     CloudInitFailed,
-    TimedOut { after_secs: u64, target: WaitFor },
+    TimedOut {
+        after_secs: u64,
+        target: WaitFor,
+    },
 }
 
 /// A failed wait: the cause, the last phase reached, the evidence line, the console log.
@@ -205,7 +213,11 @@ impl std::fmt::Display for ReadinessError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let last = self.last_phase.map_or("none", Phase::label);
         let log = self.console_log.display();
-        let ev = self.evidence.as_deref().map(nubo_core::file::escape_control).unwrap_or_default();
+        let ev = self
+            .evidence
+            .as_deref()
+            .map(nubo_core::file::escape_control)
+            .unwrap_or_default();
         match &self.failure {
             Failure::VmmExited => write!(
                 f,

@@ -145,7 +145,15 @@ mod tests {
 
     #[test]
     fn argv_without_command_is_interactive() {
-        let a = argv(Path::new("/k"), Path::new("/h"), "u", "debian", "127.0.0.1:1".parse().unwrap(), &[]).unwrap();
+        let a = argv(
+            Path::new("/k"),
+            Path::new("/h"),
+            "u",
+            "debian",
+            "127.0.0.1:1".parse().unwrap(),
+            &[],
+        )
+        .unwrap();
 
         assert_eq!(a.last().unwrap(), "debian@127.0.0.1");
     }
@@ -154,7 +162,14 @@ mod tests {
     #[test]
     fn argv_option_shaped_user_refused() {
         for user in ["-oProxyCommand=touch /tmp/x", "-v", "a b", "root@evil", "", "x\ny"] {
-            let r = argv(Path::new("/k"), Path::new("/h"), "u", user, "127.0.0.1:1".parse().unwrap(), &[]);
+            let r = argv(
+                Path::new("/k"),
+                Path::new("/h"),
+                "u",
+                user,
+                "127.0.0.1:1".parse().unwrap(),
+                &[],
+            );
 
             assert!(r.is_err(), "{user:?} accepted");
         }

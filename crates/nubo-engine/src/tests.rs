@@ -54,7 +54,11 @@ fn quiet() -> impl FnMut(Event) {
 
 fn entries(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(p)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -181,8 +185,10 @@ fn create_unsupported_capability_refused_before_any_file() {
 fn create_unknown_backend_option_refused_with_path() {
     let t = fake();
     let mut s = spec(&t, "web");
-    s.overrides
-        .insert("qemu".into(), [("smp".to_owned(), "2".to_owned())].into_iter().collect());
+    s.overrides.insert(
+        "qemu".into(),
+        [("smp".to_owned(), "2".to_owned())].into_iter().collect(),
+    );
 
     let err = t.engine.create(&s, &mut quiet()).err().unwrap();
 

@@ -97,7 +97,10 @@ impl QemuBackend {
             .map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => BackendError::Unavailable {
                     backend: "qemu",
-                    why: format!("`{}` is not installed: install the qemu-system-x86 package", self.binary),
+                    why: format!(
+                        "`{}` is not installed: install the qemu-system-x86 package",
+                        self.binary
+                    ),
                 },
                 _ => BackendError::Io {
                     what: format!("starting {}", self.binary),

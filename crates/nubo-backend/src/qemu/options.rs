@@ -107,7 +107,9 @@ mod tests {
 
     #[test]
     fn parse_unknown_key_names_known_ones() {
-        let err = parse(MachineKind::Default, &opts(&[("smp", "2")])).unwrap_err().to_string();
+        let err = parse(MachineKind::Default, &opts(&[("smp", "2")]))
+            .unwrap_err()
+            .to_string();
 
         assert!(err.contains("machine, accel"), "{err}");
     }

@@ -68,7 +68,10 @@ pub fn argv(
         // module (Debian's cloud kernel), and the root disk never appears.
         Machine::Microvm => "microvm,isa-serial=on,rtc=on,acpi=on".to_owned(),
     };
-    if let Boot::Firmware { firmware: Firmware::Efi | Firmware::EfiCode(_) } = &spec.boot {
+    if let Boot::Firmware {
+        firmware: Firmware::Efi | Firmware::EfiCode(_),
+    } = &spec.boot
+    {
         machine.push_str(",pflash0=pflash0,pflash1=pflash1");
     }
     push(&["-machine", &machine]);
@@ -82,7 +85,14 @@ pub fn argv(
         }
     }
     push(&["-smp", &spec.vcpus.to_string(), "-m", &format!("{}M", spec.memory_mib)]);
-    push(&["-nodefaults", "-no-user-config", "-display", "none", "-sandbox", SANDBOX]);
+    push(&[
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-sandbox",
+        SANDBOX,
+    ]);
 
     let serial = format!(
         "socket,id=serial0,path={},server=on,wait=off,logfile={},logappend=on",
@@ -96,15 +106,18 @@ pub fn argv(
 
     match &spec.boot {
         Boot::Firmware { .. } if micro => return Err(microvm_needs_kernel()),
-        Boot::Firmware { firmware: Firmware::Bios } => {}
+        Boot::Firmware {
+            firmware: Firmware::Bios,
+        } => {}
         Boot::Firmware { firmware } => {
             let code = match firmware {
                 Firmware::EfiCode(p) => p.clone(),
                 _ => super::probe::find_ovmf().map(|o| o.code).ok_or_else(ovmf_missing)?,
             };
-            let vars = st.efi_vars.as_ref().ok_or_else(|| {
-                BackendError::InvalidSpec(format!("vm `{}` has no UEFI variable store", spec.name))
-            })?;
+            let vars = st
+                .efi_vars
+                .as_ref()
+                .ok_or_else(|| BackendError::InvalidSpec(format!("vm `{}` has no UEFI variable store", spec.name)))?;
             push(&["-blockdev", &raw_node("pflash0", &code, true).to_string()]);
             push(&["-blockdev", &raw_node("pflash1", vars, false).to_string()]);
         }
@@ -340,7 +353,14 @@ mod tests {
         };
         let s = spec(boot);
 
-        let a = argv("qemu-system-x86_64", &s, &state(&s), opts(Machine::Microvm, Accel::Tcg), Some(2596120)).unwrap();
+        let a = argv(
+            "qemu-system-x86_64",
+            &s,
+            &state(&s),
+            opts(Machine::Microvm, Accel::Tcg),
+            Some(2596120),
+        )
+        .unwrap();
 
         assert!(a.contains(&"microvm,isa-serial=on,rtc=on,acpi=on".to_owned()));
         assert!(a.contains(&"root=/dev/vda1 tsc=reliable tsc_early_khz=2596120 console=ttyS0,115200".to_owned()));
@@ -397,7 +417,10 @@ mod tests {
 
     #[test]
     fn mac_from_uuid_is_qemu_local_range() {
-        assert_eq!(mac_from_uuid("0b9f1c1e-7f61-4b8e-9a7c-2d2f6f6f0001"), "52:54:00:0b:9f:1c");
+        assert_eq!(
+            mac_from_uuid("0b9f1c1e-7f61-4b8e-9a7c-2d2f6f6f0001"),
+            "52:54:00:0b:9f:1c"
+        );
     }
 
     #[test]

@@ -212,8 +212,12 @@ pub struct DefaultBackendArgs {
 
 /// `--boot-timeout` and `vm wait --timeout`: 1 s to 24 h, so no deadline can overflow.
 fn boot_timeout(s: &str) -> Result<std::time::Duration, String> {
-    nubo_core::duration::parse_duration(s, nubo_spec::limits::MIN_BOOT_TIMEOUT, nubo_spec::limits::MAX_BOOT_TIMEOUT)
-        .map_err(|e| e.to_string())
+    nubo_core::duration::parse_duration(
+        s,
+        nubo_spec::limits::MIN_BOOT_TIMEOUT,
+        nubo_spec::limits::MAX_BOOT_TIMEOUT,
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// `vm stop --timeout`: 0 s (kill at once after asking) to 1 h.

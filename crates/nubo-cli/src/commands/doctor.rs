@@ -360,7 +360,11 @@ mod tests {
 
     #[test]
     fn backend_checks_only_backend_missing_blocks_with_package() {
-        let backends = [("qemu", true, vec![host_check("backend qemu", CheckStatus::Broken, None)])];
+        let backends = [(
+            "qemu",
+            true,
+            vec![host_check("backend qemu", CheckStatus::Broken, None)],
+        )];
 
         let c = backend_checks(&backends);
 
@@ -372,7 +376,11 @@ mod tests {
     fn backend_checks_missing_with_another_available_warns() {
         let backends = [
             ("qemu", true, vec![host_check("backend qemu", CheckStatus::Ok, None)]),
-            ("libvirt", true, vec![host_check("backend libvirt", CheckStatus::Broken, None)]),
+            (
+                "libvirt",
+                true,
+                vec![host_check("backend libvirt", CheckStatus::Broken, None)],
+            ),
         ];
 
         let c = backend_checks(&backends);

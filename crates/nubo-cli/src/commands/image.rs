@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use nubo_disk::Format;
 use nubo_image::{
-    Added, ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest,
-    PullSource, TagChange, TlsSettings,
+    Added, ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest, PullSource,
+    TagChange, TlsSettings,
 };
 
 use crate::cli::image::{ConvertArgs, ConvertTo, HashArgs, ImageCmd, ImportArgs, PruneArgs, PullArgs};

@@ -93,7 +93,10 @@ impl Engine {
                 format: rec.format.parse::<nubo_disk::Format>().map_err(|_| {
                     EngineError::spec(
                         nubo_spec::Field::SourceImageReference,
-                        format!("image `{}` records format `{}`, which nubo cannot boot", rec.reference, rec.format),
+                        format!(
+                            "image `{}` records format `{}`, which nubo cannot boot",
+                            rec.reference, rec.format
+                        ),
                     )
                 })?,
                 virtual_size: rec.virtual_size,
@@ -277,7 +280,9 @@ impl Engine {
             self.boot_locked(&mut rec, backend, events)?;
             record::save(dir, &rec)?;
         } else {
-            events(Event::Step(format!("vm `{name}` already exists with this spec and is running")));
+            events(Event::Step(format!(
+                "vm `{name}` already exists with this spec and is running"
+            )));
         }
         Ok(Created {
             record: rec,
@@ -345,7 +350,12 @@ impl Engine {
         // It need not be durable yet: after a power loss there is no VMM to converge.
         record::save_unsynced(&dir, &rec)?;
 
-        nubo_disk::create_overlay(&plan.base.path, plan.base.format, &rec.machine.disk.overlay, plan.disk_size)?;
+        nubo_disk::create_overlay(
+            &plan.base.path,
+            plan.base.format,
+            &rec.machine.disk.overlay,
+            plan.disk_size,
+        )?;
         events(Event::Step(format!(
             "overlay {} over {}",
             rec.machine.disk.overlay.display(),
@@ -357,7 +367,10 @@ impl Engine {
                 for n in s.notes {
                     events(Event::Note(n));
                 }
-                events(Event::Step(format!("seed {} (NoCloud, instance-id {uuid})", seed_path.display())));
+                events(Event::Step(format!(
+                    "seed {} (NoCloud, instance-id {uuid})",
+                    seed_path.display()
+                )));
             }
             (None, Some((bytes, _))) => {
                 write_private(&seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;

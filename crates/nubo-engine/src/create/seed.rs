@@ -40,14 +40,19 @@ pub fn build(spec: &VmSpec, uuid: &str, hostname: &str, nubo_key: &str) -> Resul
                 hostname: Some(hostname.to_owned()),
                 ssh_authorized_keys: keys,
             }),
-            ci.vendor_data.as_ref().map(|v| v.content().unwrap_or_default().to_vec()),
+            ci.vendor_data
+                .as_ref()
+                .map(|v| v.content().unwrap_or_default().to_vec()),
         ),
     };
     let seed = nubo_seed::SeedSpec {
         instance_id: uuid.to_owned(),
         local_hostname: hostname.to_owned(),
         user_data: Some(user_data),
-        network_config: ci.network_config.as_ref().map(|n| n.content().unwrap_or_default().to_vec()),
+        network_config: ci
+            .network_config
+            .as_ref()
+            .map(|n| n.content().unwrap_or_default().to_vec()),
         vendor_data,
     };
     Ok(SeedBytes {

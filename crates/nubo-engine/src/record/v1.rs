@@ -254,7 +254,11 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
         backend_state: serde_json::Value::Object(state),
         ssh,
         launch: (!old.argv.is_empty()).then_some(Launch::Argv(old.argv)),
-        notes: old.accel_reason.into_iter().map(|r| format!("accelerator: {r}")).collect(),
+        notes: old
+            .accel_reason
+            .into_iter()
+            .map(|r| format!("accelerator: {r}"))
+            .collect(),
     })
 }
 

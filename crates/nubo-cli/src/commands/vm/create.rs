@@ -123,7 +123,8 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
         _ => anyhow::bail!("give one of --image, --disk and --url-img"),
     };
     let read = |flag: &str, p: &Path| -> anyhow::Result<Payload> {
-        let bytes = nubo_core::file::read_bounded(p, flag, nubo_spec::limits::MAX_PAYLOAD).with_context(|| flag.to_owned())?;
+        let bytes =
+            nubo_core::file::read_bounded(p, flag, nubo_spec::limits::MAX_PAYLOAD).with_context(|| flag.to_owned())?;
         Ok(Payload::new(bytes))
     };
     let mut ssh_keys = Vec::new();

@@ -11,9 +11,8 @@ pub fn run(a: &LogsArgs, engine: &Engine) -> anyhow::Result<()> {
     let rec = engine.load(&a.name)?;
     let log = engine.console_log(&rec)?;
     let path = if a.previous {
-        log.previous.ok_or_else(|| {
-            anyhow::anyhow!("vm `{}`'s backend keeps no previous boot's log", a.name)
-        })?
+        log.previous
+            .ok_or_else(|| anyhow::anyhow!("vm `{}`'s backend keeps no previous boot's log", a.name))?
     } else {
         log.current
     };

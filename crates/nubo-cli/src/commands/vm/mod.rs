@@ -59,10 +59,7 @@ impl nubo_engine::ImageFetcher for Fetcher {
     ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
         let t0 = std::time::Instant::now();
         let (label, result) = match what {
-            nubo_engine::Fetch::Catalog(r) => (
-                format!("`{r}`"),
-                super::image::pull_catalog(r, &self.settings),
-            ),
+            nubo_engine::Fetch::Catalog(r) => (format!("`{r}`"), super::image::pull_catalog(r, &self.settings)),
             nubo_engine::Fetch::Url {
                 url,
                 checksum,
@@ -70,14 +67,24 @@ impl nubo_engine::ImageFetcher for Fetcher {
                 allow_http,
             } => (
                 url.clone(),
-                super::image::pull_url(url, checksum.as_deref(), *insecure_no_checksum, *allow_http, &self.settings),
+                super::image::pull_url(
+                    url,
+                    checksum.as_deref(),
+                    *insecure_no_checksum,
+                    *allow_http,
+                    &self.settings,
+                ),
             ),
         };
         let rec = result.map_err(|e| nubo_engine::EngineError::Pull {
             what: label.clone(),
             source: e.into(),
         })?;
-        eprintln!("  pulled {label} as `{}` in {:.1}s", rec.reference, t0.elapsed().as_secs_f64());
+        eprintln!(
+            "  pulled {label} as `{}` in {:.1}s",
+            rec.reference,
+            t0.elapsed().as_secs_f64()
+        );
         Ok(rec)
     }
 }
