@@ -25,9 +25,7 @@ pub fn file_digest(path: &Path) -> io::Result<String> {
     Ok(format!("sha256:{}", to_hex(ctx.finish().as_ref())))
 }
 
-fn to_hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+use nubo_core::hex as to_hex;
 
 #[cfg(test)]
 mod tests {

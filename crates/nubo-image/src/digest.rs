@@ -20,9 +20,7 @@ fn context(a: Algorithm) -> Context {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use nubo_core::hex;
 
 /// SHA-256 (for the store's digest) plus, when verifying against another algorithm, that one.
 #[derive(Clone)]

@@ -54,7 +54,7 @@ impl Payload {
 
 fn sha256_hex(data: &[u8]) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, data);
-    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    nubo_core::hex(d.as_ref())
 }
 
 pub(crate) fn is_hex(s: &str, len: usize) -> bool {
