@@ -287,3 +287,20 @@ fn corrupt_settings_names_the_file_and_fix() {
     assert!(!stderr(&o).contains("vm rm"), "{}", stderr(&o));
     e.assert_nothing_left();
 }
+
+#[test]
+fn create_dry_run_prints_spec_and_plan_and_makes_nothing() {
+    let e = env();
+    let ud = e.file("ud.yaml", b"#cloud-config\npassword: hunter2\n");
+
+    let o = e.create(&["--dry-run", "--memory", "512M", "--user-data", &ud]);
+
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["spec"]["resources"]["memory"], 512 << 20);
+    assert_eq!(v["plan"]["memory_mib"], 512);
+    assert_eq!(v["spec"]["cloudInit"]["userData"]["len"], 32);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("hunter2"));
+    assert!(!e.root().join("vms").exists());
+    e.assert_nothing_left();
+}

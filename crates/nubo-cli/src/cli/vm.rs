@@ -137,6 +137,9 @@ pub struct CreateArgs {
     /// Wait until cloud-init has finished, reporting each phase
     #[arg(long)]
     pub wait: bool,
+    /// Print the VmSpec and the plan as JSON and make nothing (no pull, no file, no VMM)
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
     /// How long `--wait` waits, e.g. `300s` or `5m`
     #[arg(long, default_value = "300s", value_parser = boot_timeout)]
     pub boot_timeout: std::time::Duration,

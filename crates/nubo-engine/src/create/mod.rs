@@ -37,8 +37,23 @@ impl Engine {
     /// Validates `spec` and plans its creation, writing nothing for the VM (an image that is
     /// not local yet is pulled into the store). The plan is what a dry run prints.
     pub fn plan(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<(Plan, Facts), EngineError> {
+        self.plan_with(spec, true, events)
+    }
+
+    /// [`plan`](Self::plan) for a dry run: the same code path, minus every write (an image
+    /// that is not local is not pulled; the plan says so by failing with the command to run).
+    pub fn dry_run(&self, spec: &VmSpec) -> Result<Plan, EngineError> {
+        Ok(self.plan_with(spec, false, &mut |_| {})?.0)
+    }
+
+    fn plan_with(
+        &self,
+        spec: &VmSpec,
+        pull: bool,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(Plan, Facts), EngineError> {
         spec.validate()?;
-        let facts = self.gather(spec, events)?;
+        let facts = self.gather(spec, pull, events)?;
         let (mut plan, _caps) = plan::decide(spec, &facts, &self.registry)?;
         let backend = self.registry.resolve(plan.backend)?;
         let preview = self.machine_spec(&plan, "00000000-0000-0000-0000-000000000000", None);
@@ -48,7 +63,17 @@ impl Engine {
 
     /// Gathers what `decide` needs: the image (pulled if missing), the inspected base, the
     /// host's resources and which backends are installed.
-    fn gather(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Facts, EngineError> {
+    fn gather(&self, spec: &VmSpec, pull: bool, events: &mut dyn FnMut(Event)) -> Result<Facts, EngineError> {
+        let fetch = |what: &Fetch, events: &mut dyn FnMut(Event)| {
+            if pull {
+                self.fetch(what, events)
+            } else {
+                Err(EngineError::Unavailable {
+                    what: "planning without the image".into(),
+                    fix: "a dry run does not download: pull the image first with `nubo image pull`".into(),
+                })
+            }
+        };
         let image = match &spec.source {
             DiskSource::Image { reference } => {
                 let r = match nubo_image::AnyRef::parse(reference) {
@@ -66,7 +91,7 @@ impl Engine {
                     Some(rec) => Some(rec),
                     None if nubo_image::catalog::lookup(&r).is_some() => {
                         events(Event::Step(format!("image `{r}` is not in the store: pulling it")));
-                        Some(self.fetch(&Fetch::Catalog(r), events)?)
+                        Some(fetch(&Fetch::Catalog(r), events)?)
                     }
                     None => Some(store.require(&r)?),
                 }
@@ -76,7 +101,7 @@ impl Engine {
                 checksum,
                 insecure_no_checksum,
                 allow_http,
-            } => Some(self.fetch(
+            } => Some(fetch(
                 &Fetch::Url {
                     url: url.clone(),
                     checksum: checksum.clone(),

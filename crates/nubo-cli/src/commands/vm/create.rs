@@ -15,6 +15,10 @@ const MAX_KEY_FILE: u64 = 1 << 20;
 pub fn run(a: &CreateArgs, engine: &Engine) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let spec = spec(a)?;
+    if a.dry_run {
+        let plan = engine.dry_run(&spec).map_err(flagged)?;
+        return crate::output::print_json(&serde_json::json!({ "spec": spec, "plan": plan }));
+    }
     let created = engine.create(&spec, &mut print_event).map_err(flagged)?;
     let rec = &created.record;
     let ssh = engine
