@@ -13,4 +13,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = foreign::vhdx_metadata_region(data);
     let _ = foreign::parse_vhdx(data);
+    let _ = foreign::vhdx_has_parent(data);
+    let _ = foreign::vpc_footer(data);
 });

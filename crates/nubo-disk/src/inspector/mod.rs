@@ -129,7 +129,7 @@ pub enum Rejection {
     Empty,
     #[error("is a {0} image, which nubo does not accept{why}: {ACCEPTS}", why = .0.why_refused())]
     Unsupported(Detected),
-    #[error("starts with qcow2's magic but is not a valid qcow2 image ({0}): nubo refuses it (QEMU would not read it as raw either)")]
+    #[error("starts with qcow2's magic but is not a valid qcow2 image ({0}): nubo refuses it rather than guess whether it is a broken qcow2 image or a raw disk")]
     InvalidQcow2(HeaderError),
     #[error("is a {format} image whose header is malformed ({cause})")]
     Malformed { format: Detected, cause: HeaderError },
