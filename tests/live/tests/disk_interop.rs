@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use nubo_disk::{create_overlay, inspect, DiskError, Format, MAX_BACKING_DEPTH};
+use nubo_disk::{create_overlay, inspect, inspect_overlay_chain, DiskError, Format, Rejection, MAX_BACKING_DEPTH};
 use nubo_live::{LiveTest, TestResult};
 use serde_json::Value;
 
@@ -172,11 +172,12 @@ fn inspect_agrees() -> TestResult {
             vec!["-f", "qcow2", "-o", "compat=0.10", "-b", "base.qcow2", "-F", "qcow2"],
         ),
         ("disk.vmdk", vec!["-f", "vmdk"]),
-        ("flat.vmdk", vec!["-f", "vmdk", "-o", "subformat=monolithicFlat"]),
         ("disk.vdi", vec!["-f", "vdi"]),
         ("disk.vhdx", vec!["-f", "vhdx"]),
         ("disk.vpc", vec!["-f", "vpc"]),
-        ("fixed.vpc", vec!["-f", "vpc", "-o", "subformat=fixed"]),
+        // Not here: a fixed VHD, which qemu-img's probe calls raw (its footer is at the end)
+        // while nubo's inspector says vpc on purpose; and a monolithicFlat VMDK, a descriptor
+        // naming another file, which the inspector refuses (tests/hostile_images.rs).
         ("disk.raw", vec!["-f", "raw"]),
     ];
     let mut failures = Vec::new();
@@ -199,7 +200,14 @@ fn inspect_agrees() -> TestResult {
 
 fn compare(path: &Path) -> TestResult {
     let q = info(path)?;
-    let n = inspect(path).map_err(|e| format!("inspect: {e}"))?;
+    // Images with a backing file are refused as bases; the chain walker (for nubo's own
+    // overlays) must still read them exactly as qemu-img does.
+    let n = if q.get("backing-filename").is_some() {
+        inspect_overlay_chain(path)
+    } else {
+        inspect(path)
+    }
+    .map_err(|e| format!("inspect: {e}"))?;
     let mut diffs = Vec::new();
     let mut same = |field: &str, ours: Value, theirs: &Value| {
         if &ours != theirs {
@@ -241,18 +249,26 @@ fn chain_too_deep() -> TestResult {
     }
     let at_bound = dir.path().join(format!("l{MAX_BACKING_DEPTH}.qcow2"));
 
-    let deepest = inspect(&below);
+    let deepest = inspect_overlay_chain(&below);
     let over = create_overlay(&at_bound, Format::Qcow2, &dir.path().join("vm.qcow2"), None);
 
-    let ok = inspect(&at_bound).map_err(|e| format!("a chain of {MAX_BACKING_DEPTH} must be fine: {e}"))?;
+    let ok =
+        inspect_overlay_chain(&at_bound).map_err(|e| format!("a chain of {MAX_BACKING_DEPTH} must be fine: {e}"))?;
     ensure(ok.chain_depth == MAX_BACKING_DEPTH, format!("depth {}", ok.chain_depth))?;
     ensure(
         matches!(deepest, Err(DiskError::ChainTooDeep { .. })),
         format!("inspect of too deep a chain: {deepest:?}"),
     )?;
+    // An overlay is made only over a self-contained base: a base with a backing file is refused.
     ensure(
-        matches!(over, Err(DiskError::ChainTooDeep { .. })),
-        format!("overlay past the bound: {over:?}"),
+        matches!(
+            over,
+            Err(DiskError::Refused {
+                reason: Rejection::Backing(_),
+                ..
+            })
+        ),
+        format!("overlay over a backed base: {over:?}"),
     )?;
     ensure(
         !dir.path().join("vm.qcow2").exists(),
@@ -272,7 +288,7 @@ fn self_loop() -> TestResult {
     // An unsafe rebase only rewrites the header: the image now names itself as its backing file.
     run("qemu-img", &["rebase", "-u", "-b", s(&img), "-F", "qcow2", s(&img)])?;
 
-    let r = inspect(&img);
+    let r = inspect_overlay_chain(&img);
 
     ensure(
         matches!(r, Err(DiskError::ChainLoop { .. })),

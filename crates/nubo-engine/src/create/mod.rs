@@ -129,7 +129,7 @@ impl Engine {
             (None, DiskSource::Disk { path }) => {
                 // The strict inspector: a disk that is not self-contained (backing files, VMDK
                 // extents) or not a format nubo allows is refused before QEMU sees it.
-                let info = nubo_disk::inspect(path)?;
+                let info = nubo_disk::inspect_base(path)?;
                 Base {
                     path: path.clone(),
                     format: info.format,
