@@ -26,7 +26,12 @@ impl VmSpec {
     /// The fields in which `other` differs from `self`, each `path: old -> new` (`unset` for an
     /// absent value), in path order. Payloads compare and show by digest, never by content.
     pub fn differences(&self, other: &VmSpec) -> Vec<String> {
-        let (old, new) = (leaves(self), leaves(other));
+        let (mut old, mut new) = (leaves(self), leaves(other));
+        // How long a `--wait` waits is not a property of the VM: a create with another timeout
+        // (or none) is the same VM.
+        for leaves in [&mut old, &mut new] {
+            leaves.remove(Field::BootTimeout.path());
+        }
         let mut paths: Vec<&String> = old.keys().chain(new.keys()).collect();
         paths.sort();
         paths.dedup();
@@ -52,8 +57,8 @@ fn leaves(spec: &VmSpec) -> BTreeMap<String, String> {
 fn flatten(path: String, v: &Value, out: &mut BTreeMap<String, String>) {
     if PAYLOADS.iter().any(|f| f.path() == path) {
         let digest = v.get("sha256").and_then(Value::as_str).unwrap_or_default();
-        let len = v.get("len").and_then(Value::as_u64).unwrap_or_default();
-        out.insert(path, format!("sha256:{digest} ({len} bytes)"));
+        // By digest alone: records written before lengths were kept (wave 1) hold only it.
+        out.insert(path, format!("sha256:{digest}"));
         return;
     }
     if SIZES.iter().any(|f| f.path() == path) {
