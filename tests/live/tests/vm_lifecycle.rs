@@ -527,7 +527,7 @@ fn main_lifecycle() -> TestResult {
     check_guest(&root, name, &hostname, &uuid, &p.marker, "after stop/start")?;
 
     // 3. kill -9 of QEMU: seen as stopped; start recovers.
-    let pid_file = field(&inspect(&root, name)?, "/machine/handle/pid_file")?;
+    let pid_file = field(&inspect(&root, name)?, "/backend_state/pid_file")?;
     let pid: i32 = fs::read_to_string(&pid_file)
         .map_err(|e| format!("reading {pid_file}: {e}"))?
         .trim()
