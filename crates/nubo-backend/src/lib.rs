@@ -212,6 +212,39 @@ impl BackendError {
     }
 }
 
+/// What a backend's own snapshot storage holds (the qcow2 snapshot table, Cloud Hypervisor's
+/// snapshot directories): the engine reconciles it with the VM's record, so a snapshot made
+/// outside nubo, or lost from the record, is reported rather than ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendSnapshot {
+    pub name: String,
+    /// Whether it holds the guest's memory and device state (taken while running).
+    pub has_memory: bool,
+    /// Bytes of saved VM state (0 when disk-only).
+    pub vm_state_size: u64,
+    /// RFC 3339 UTC, when the backend records it.
+    pub created: Option<String>,
+}
+
+/// What taking a snapshot did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotTaken {
+    pub snapshot: BackendSnapshot,
+    /// How long the guest was paused for it (`None` for a stopped VM).
+    pub frozen: Option<Duration>,
+}
+
+/// What restoring a snapshot did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Restored {
+    /// The running VM now runs from the snapshot's memory and disks.
+    Running,
+    /// The disks were reverted; the (stopped) VM stays stopped.
+    DiskOnly,
+    /// The stopped VM was started from the snapshot's memory state.
+    Started(BootInfo),
+}
+
 pub trait Backend: Send + Sync {
     /// Unique id, e.g. `qemu`.
     fn id(&self) -> &'static str;
@@ -260,6 +293,34 @@ pub trait Backend: Send + Sync {
 
     fn pause(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "pause", "the qemu backend"))
+    }
+
+    // Snapshots. `spec` is the VM's machine; a running VM's snapshot holds memory, a stopped
+    // VM's only its disks. Names are validated by the engine. The engine holds the VM's lock
+    // and keeps the record; backends keep the bytes. The defaults fail closed, before doing
+    // anything, with the typed "unsupported" error (`capabilities().snapshot` says the same).
+
+    /// Takes snapshot `name` of the VM.
+    fn snapshot_create(&self, _vm: &VmRef, _spec: &MachineSpec, _name: &str) -> Result<SnapshotTaken, BackendError> {
+        Err(BackendError::unsupported(self.id(), "snapshots", "the qemu backend"))
+    }
+    /// The snapshots the backend's own storage holds.
+    fn snapshot_list(&self, _vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+        Err(BackendError::unsupported(self.id(), "snapshots", "the qemu backend"))
+    }
+    /// Deletes snapshot `name`; one that is already gone is success.
+    fn snapshot_delete(&self, _vm: &VmRef, _spec: &MachineSpec, _name: &str) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(self.id(), "snapshots", "the qemu backend"))
+    }
+    /// Returns the VM to snapshot `name`. `state` is the backend's per-VM state, which a
+    /// restore that starts the VM updates (as `boot` does); the engine records it.
+    fn snapshot_restore(
+        &self,
+        _spec: &MachineSpec,
+        _state: &mut serde_json::Value,
+        _name: &str,
+    ) -> Result<Restored, BackendError> {
+        Err(BackendError::unsupported(self.id(), "snapshots", "the qemu backend"))
     }
     fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
