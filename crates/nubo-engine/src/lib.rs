@@ -74,6 +74,11 @@ pub struct StoredSettings {
     pub default_backend: Option<String>,
 }
 
+/// How long a command waits for another command on the same VM before saying it is busy:
+/// longer than any step that holds the lock (a create up to the VMM's start, a memory
+/// snapshot), short enough that a stuck holder is reported.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
 /// settings.json is a few bytes; a bigger one is not nubo's.
 const MAX_SETTINGS: u64 = 1 << 20;
 
@@ -93,7 +98,7 @@ impl Engine {
     }
 
     pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
-        lock::VmLock::try_acquire(&self.roots.run_dir.join("locks"), name)
+        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, LOCK_WAIT)
     }
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {
