@@ -60,7 +60,10 @@ pub fn read_snapshot_table<S: ReadAt + ?Sized>(src: &S) -> Result<Vec<SnapshotEn
     }
     let bad = |why: String| SnapshotTableError::Invalid(why);
     if h.nb_snapshots > MAX_SNAPSHOTS {
-        return Err(bad(format!("{} snapshots, more than qemu's {MAX_SNAPSHOTS}", h.nb_snapshots)));
+        return Err(bad(format!(
+            "{} snapshots, more than qemu's {MAX_SNAPSHOTS}",
+            h.nb_snapshots
+        )));
     }
     let cluster = u64::from(h.cluster_size());
     let start = h.snapshots_offset;

@@ -64,9 +64,10 @@ impl EngineError {
             EngineError::NotFound(_) => ErrorKind::NotFound,
             EngineError::Conflict { .. } => ErrorKind::AlreadyExists,
             EngineError::Busy { .. } | EngineError::InvalidState { .. } => ErrorKind::InvalidState,
-            EngineError::Spec(_) | EngineError::Name(_) | EngineError::SnapshotName { .. } | EngineError::SnapshotDescription(_) => {
-                ErrorKind::InvalidInput
-            }
+            EngineError::Spec(_)
+            | EngineError::Name(_)
+            | EngineError::SnapshotName { .. }
+            | EngineError::SnapshotDescription(_) => ErrorKind::InvalidInput,
             EngineError::SnapshotNotFound { .. } => ErrorKind::NotFound,
             EngineError::SnapshotExists { .. } => ErrorKind::AlreadyExists,
             EngineError::SnapshotRefused { .. } => ErrorKind::InvalidState,

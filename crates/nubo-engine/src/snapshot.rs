@@ -218,7 +218,9 @@ impl Engine {
     pub fn snapshot_list(&self, vm: &str) -> Result<SnapshotList, EngineError> {
         let (rec, backend) = self.snapshot_backend(vm)?;
         let table = self.table(&rec, backend)?;
-        let state = self.state(&rec).map_or_else(|_| "unknown".to_owned(), |s| s.to_string());
+        let state = self
+            .state(&rec)
+            .map_or_else(|_| "unknown".to_owned(), |s| s.to_string());
         Ok(SnapshotList {
             vm: vm.to_owned(),
             state,
@@ -343,7 +345,11 @@ impl Engine {
         }
         for n in names {
             backend.snapshot_delete(&rec.vm_ref(&dir), &rec.machine, n)?;
-            let parent = rec.snapshots.iter().find(|s| &s.name == n).and_then(|s| s.parent.clone());
+            let parent = rec
+                .snapshots
+                .iter()
+                .find(|s| &s.name == n)
+                .and_then(|s| s.parent.clone());
             rec.snapshots.retain(|s| &s.name != n);
             for s in rec.snapshots.iter_mut().filter(|s| s.parent.as_ref() == Some(n)) {
                 s.parent = parent.clone();

@@ -84,8 +84,7 @@ impl QemuBackend {
     ) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
         let what = || format!("QMP socket {} of VM `{name}`", st.qmp_socket.display());
         let s = UnixStream::connect(&st.qmp_socket).map_err(BackendError::io(what()))?;
-        s.set_read_timeout(Some(timeout))
-            .map_err(BackendError::io(what()))?;
+        s.set_read_timeout(Some(timeout)).map_err(BackendError::io(what()))?;
         s.set_write_timeout(Some(QMP_TIMEOUT))
             .map_err(BackendError::io(what()))?;
         let r = s.try_clone().map_err(BackendError::io(what()))?;
@@ -166,7 +165,6 @@ impl QemuBackend {
         })
     }
 
-
     /// Runs a snapshot job on the running VM's overlay, after settling any a killed nubo left.
     fn snapshot_job(
         &self,
@@ -182,7 +180,8 @@ impl QemuBackend {
         let mut q = self.qmp_with(name, st, snapshot::JOB_TIMEOUT)?;
         snapshot::settle_stale_jobs(&mut q, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(remote)?;
         let id = format!("{}{}", snapshot::JOB_PREFIX, std::process::id());
-        let done = snapshot::run_job(&mut q, kind, &id, tag, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(remote)?;
+        let done =
+            snapshot::run_job(&mut q, kind, &id, tag, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(remote)?;
         Ok((done, q))
     }
 
@@ -609,12 +608,28 @@ impl Backend for QemuBackend {
     }
 
     fn snapshot_delete(&self, vm: &VmRef, spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
-        if !snapshot::table(vm.name, &spec.disk.overlay)?.iter().any(|s| s.name == name) {
+        let st = QemuState::of(vm)?;
+        let live = live_pid(&st.pid_file, vm.uuid).is_some();
+        if live {
+            // A save a killed nubo started may still be running: the table is only truthful
+            // once it concluded (settled again, harmlessly, by the delete job itself).
+            let mut q = self.qmp_with(vm.name, &st, snapshot::JOB_TIMEOUT)?;
+            snapshot::settle_stale_jobs(&mut q, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(|e| {
+                BackendError::Remote {
+                    what: format!("snapshot `{name}` of VM `{}`", vm.name),
+                    detail: e.to_string(),
+                }
+            })?;
+        }
+        if !snapshot::table(vm.name, &spec.disk.overlay)?
+            .iter()
+            .any(|s| s.name == name)
+        {
             return Ok(());
         }
-        let st = QemuState::of(vm)?;
-        if live_pid(&st.pid_file, vm.uuid).is_some() {
-            self.snapshot_job(vm.name, &st, snapshot::JobKind::Delete, name).map(|_| ())
+        if live {
+            self.snapshot_job(vm.name, &st, snapshot::JobKind::Delete, name)
+                .map(|_| ())
         } else {
             self.snapshot_img(spec, snapshot::ImgAction::Delete, name)
         }
@@ -630,10 +645,12 @@ impl Backend for QemuBackend {
         let snap = snapshot::table(&spec.name, &spec.disk.overlay)?
             .into_iter()
             .find(|s| s.name == name)
-            .ok_or_else(|| BackendError::InvalidSpec(format!(
-                "snapshot `{name}` is not in the overlay of VM `{}`: `nubo vm snapshot ls {}` lists what it holds",
-                spec.name, spec.name
-            )))?;
+            .ok_or_else(|| {
+                BackendError::InvalidSpec(format!(
+                    "snapshot `{name}` is not in the overlay of VM `{}`: `nubo vm snapshot ls {}` lists what it holds",
+                    spec.name, spec.name
+                ))
+            })?;
         if live_pid(&st.pid_file, &spec.uuid).is_some() {
             if !snap.has_memory {
                 return Err(BackendError::InvalidSpec(format!(

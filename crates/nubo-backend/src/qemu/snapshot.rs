@@ -270,7 +270,8 @@ mod tests {
 
     use super::*;
 
-    const GREETING: &str = r#"{"QMP": {"version": {"qemu": {"micro": 2, "minor": 0, "major": 10}}, "capabilities": []}}"#;
+    const GREETING: &str =
+        r#"{"QMP": {"version": {"qemu": {"micro": 2, "minor": 0, "major": 10}}, "capabilities": []}}"#;
 
     /// A client whose peer answers with `replies` (one JSON message a line) after the handshake.
     fn client(replies: &[&str]) -> Qmp<Cursor<Vec<u8>>, Vec<u8>> {
@@ -303,7 +304,15 @@ mod tests {
     fn run_job_save_concludes_with_freeze_from_events() {
         let mut q = client(SAVE_REPLIES);
 
-        let done = run_job(&mut q, JobKind::Save, "nubo-snapshot-7", "before", JOB_TIMEOUT, Duration::ZERO).unwrap();
+        let done = run_job(
+            &mut q,
+            JobKind::Save,
+            "nubo-snapshot-7",
+            "before",
+            JOB_TIMEOUT,
+            Duration::ZERO,
+        )
+        .unwrap();
 
         assert_eq!(done.frozen, Some(Duration::from_millis(1750)));
         let cmds = sent(&q);
@@ -312,7 +321,10 @@ mod tests {
             cmds[1]["arguments"],
             json!({"job-id": "nubo-snapshot-7", "tag": "before", "vmstate": "disk0", "devices": ["disk0"]})
         );
-        assert_eq!(cmds.last().unwrap(), &json!({"execute": "job-dismiss", "arguments": {"id": "nubo-snapshot-7"}}));
+        assert_eq!(
+            cmds.last().unwrap(),
+            &json!({"execute": "job-dismiss", "arguments": {"id": "nubo-snapshot-7"}})
+        );
     }
 
     #[test]
@@ -323,7 +335,15 @@ mod tests {
             r#"{"return": {}}"#,
         ]);
 
-        let err = run_job(&mut q, JobKind::Load, "nubo-snapshot-8", "x", JOB_TIMEOUT, Duration::ZERO).unwrap_err();
+        let err = run_job(
+            &mut q,
+            JobKind::Load,
+            "nubo-snapshot-8",
+            "x",
+            JOB_TIMEOUT,
+            Duration::ZERO,
+        )
+        .unwrap_err();
 
         assert!(err.to_string().contains("does not exist"), "{err}");
         assert_eq!(sent(&q).last().unwrap()["execute"], "job-dismiss");
@@ -335,7 +355,15 @@ mod tests {
             r#"{"error": {"class": "GenericError", "desc": "Device 'disk0' is writable but does not support snapshots"}}"#,
         ]);
 
-        let err = run_job(&mut q, JobKind::Save, "nubo-snapshot-9", "x", JOB_TIMEOUT, Duration::ZERO).unwrap_err();
+        let err = run_job(
+            &mut q,
+            JobKind::Save,
+            "nubo-snapshot-9",
+            "x",
+            JOB_TIMEOUT,
+            Duration::ZERO,
+        )
+        .unwrap_err();
 
         assert!(matches!(err, JobError::Qmp(QmpError::Command { .. })), "{err}");
     }
@@ -344,7 +372,15 @@ mod tests {
     fn run_job_missing_from_query_jobs_is_vanished() {
         let mut q = client(&[r#"{"return": {}}"#, r#"{"return": []}"#]);
 
-        let err = run_job(&mut q, JobKind::Delete, "nubo-snapshot-1", "x", JOB_TIMEOUT, Duration::ZERO).unwrap_err();
+        let err = run_job(
+            &mut q,
+            JobKind::Delete,
+            "nubo-snapshot-1",
+            "x",
+            JOB_TIMEOUT,
+            Duration::ZERO,
+        )
+        .unwrap_err();
 
         assert!(matches!(err, JobError::Vanished { .. }), "{err}");
     }
@@ -354,7 +390,15 @@ mod tests {
         let running = r#"{"return": [{"current-progress": 0, "status": "running", "total-progress": 1, "type": "snapshot-save", "id": "nubo-snapshot-2"}]}"#;
         let mut q = client(&[r#"{"return": {}}"#, running, running, running]);
 
-        let err = run_job(&mut q, JobKind::Save, "nubo-snapshot-2", "x", Duration::ZERO, Duration::ZERO).unwrap_err();
+        let err = run_job(
+            &mut q,
+            JobKind::Save,
+            "nubo-snapshot-2",
+            "x",
+            Duration::ZERO,
+            Duration::ZERO,
+        )
+        .unwrap_err();
 
         assert!(matches!(err, JobError::TimedOut { .. }), "{err}");
     }
@@ -363,7 +407,15 @@ mod tests {
     fn run_job_peer_closed_midway_is_closed() {
         let mut q = client(&[r#"{"return": {}}"#]);
 
-        let err = run_job(&mut q, JobKind::Save, "nubo-snapshot-3", "x", JOB_TIMEOUT, Duration::ZERO).unwrap_err();
+        let err = run_job(
+            &mut q,
+            JobKind::Save,
+            "nubo-snapshot-3",
+            "x",
+            JOB_TIMEOUT,
+            Duration::ZERO,
+        )
+        .unwrap_err();
 
         assert!(matches!(err, JobError::Qmp(QmpError::Closed)), "{err}");
     }
@@ -379,7 +431,10 @@ mod tests {
 
         let cmds = sent(&q);
         assert_eq!(cmds.len(), 3);
-        assert_eq!(cmds[2], json!({"execute": "job-dismiss", "arguments": {"id": "nubo-snapshot-41"}}));
+        assert_eq!(
+            cmds[2],
+            json!({"execute": "job-dismiss", "arguments": {"id": "nubo-snapshot-41"}})
+        );
     }
 
     #[test]

@@ -32,7 +32,19 @@ fn validate_name_good_names_accepted() {
 
 #[test]
 fn validate_name_path_and_option_characters_refused() {
-    for n in ["", "a/b", "..", ".hidden", "-x", "a b", "a\nb", "é", "1", "42", &"x".repeat(MAX_NAME + 1)] {
+    for n in [
+        "",
+        "a/b",
+        "..",
+        ".hidden",
+        "-x",
+        "a b",
+        "a\nb",
+        "é",
+        "1",
+        "42",
+        &"x".repeat(MAX_NAME + 1),
+    ] {
         let err = validate_name(n).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidInput, "{n:?}: {err}");
     }
@@ -62,7 +74,10 @@ fn snapshot_create_stopped_vm_is_disk_only() {
     let rec = running(&t, "web");
     t.fake.crash(&rec.uuid);
 
-    let c = t.engine.snapshot_create("web", Some("cold"), None, &mut quiet()).unwrap();
+    let c = t
+        .engine
+        .snapshot_create("web", Some("cold"), None, &mut quiet())
+        .unwrap();
 
     assert!(!c.info.has_memory);
     assert_eq!(c.frozen, None);
@@ -87,7 +102,10 @@ fn snapshot_create_existing_name_is_already_exists() {
     running(&t, "web");
     t.engine.snapshot_create("web", Some("a"), None, &mut quiet()).unwrap();
 
-    let err = t.engine.snapshot_create("web", Some("a"), None, &mut quiet()).unwrap_err();
+    let err = t
+        .engine
+        .snapshot_create("web", Some("a"), None, &mut quiet())
+        .unwrap_err();
 
     assert_eq!(err.kind(), ErrorKind::AlreadyExists, "{err}");
 }
@@ -97,7 +115,10 @@ fn snapshot_create_bad_name_refused_before_backend() {
     let t = snapshotting();
     running(&t, "web");
 
-    let err = t.engine.snapshot_create("web", Some("../x"), None, &mut quiet()).unwrap_err();
+    let err = t
+        .engine
+        .snapshot_create("web", Some("../x"), None, &mut quiet())
+        .unwrap_err();
 
     assert!(err.to_string().contains("../x"), "{err}");
     assert!(!t.fake.calls().iter().any(|c| c.starts_with("snapshot")));
@@ -108,7 +129,10 @@ fn snapshot_verbs_backend_without_snapshots_unsupported_before_anything() {
     let t = fake();
     running(&t, "web");
 
-    let err = t.engine.snapshot_create("web", Some("a"), None, &mut quiet()).unwrap_err();
+    let err = t
+        .engine
+        .snapshot_create("web", Some("a"), None, &mut quiet())
+        .unwrap_err();
 
     assert_eq!(err.kind(), ErrorKind::Unsupported);
     assert!(err.to_string().contains("use the qemu backend"), "{err}");
@@ -120,10 +144,20 @@ fn snapshot_verbs_backend_without_snapshots_unsupported_before_anything() {
 fn snapshot_list_reports_untracked_missing_and_incomplete() {
     let t = snapshotting();
     let rec = running(&t, "web");
-    t.engine.snapshot_create("web", Some("kept"), None, &mut quiet()).unwrap();
-    t.engine.snapshot_create("web", Some("lost"), None, &mut quiet()).unwrap();
+    t.engine
+        .snapshot_create("web", Some("kept"), None, &mut quiet())
+        .unwrap();
+    t.engine
+        .snapshot_create("web", Some("lost"), None, &mut quiet())
+        .unwrap();
     // Deleted behind nubo's back; another made behind its back; a create killed midway.
-    t.fake.snapshots.lock().unwrap().get_mut(&rec.uuid).unwrap().retain(|s| s.name != "lost");
+    t.fake
+        .snapshots
+        .lock()
+        .unwrap()
+        .get_mut(&rec.uuid)
+        .unwrap()
+        .retain(|s| s.name != "lost");
     t.fake.add_snapshot(
         &rec.uuid,
         BackendSnapshot {
@@ -169,7 +203,9 @@ fn snapshot_remove_incomplete_and_untracked_converges() {
         },
     );
     let dir = t.engine.roots.vm_dir("web");
-    t.engine.snapshot_create("web", Some("half"), None, &mut quiet()).unwrap();
+    t.engine
+        .snapshot_create("web", Some("half"), None, &mut quiet())
+        .unwrap();
     let mut r = record::load(&dir).unwrap().unwrap();
     r.snapshots[0].phase = SnapshotPhase::Creating;
     record::save(&dir, &r).unwrap();
@@ -186,7 +222,9 @@ fn snapshot_remove_incomplete_and_untracked_converges() {
 fn snapshot_restore_incomplete_refused_naming_rm() {
     let t = snapshotting();
     running(&t, "web");
-    t.engine.snapshot_create("web", Some("half"), None, &mut quiet()).unwrap();
+    t.engine
+        .snapshot_create("web", Some("half"), None, &mut quiet())
+        .unwrap();
     let dir = t.engine.roots.vm_dir("web");
     let mut r = record::load(&dir).unwrap().unwrap();
     r.snapshots[0].phase = SnapshotPhase::Creating;
@@ -220,7 +258,9 @@ fn snapshot_remove_current_parent_moves_current_to_its_parent() {
     t.engine.snapshot_create("web", Some("b"), None, &mut quiet()).unwrap();
     t.engine.snapshot_create("web", Some("c"), None, &mut quiet()).unwrap();
 
-    t.engine.snapshot_remove("web", &["c".into(), "b".into()], &mut quiet()).unwrap();
+    t.engine
+        .snapshot_remove("web", &["c".into(), "b".into()], &mut quiet())
+        .unwrap();
 
     let l = t.engine.snapshot_list("web").unwrap();
     assert_eq!(l.current.as_deref(), Some("a"));
@@ -259,7 +299,9 @@ fn snapshot_restore_disk_snapshot_of_stopped_vm_stays_stopped() {
     let t = snapshotting();
     let rec = running(&t, "web");
     t.fake.crash(&rec.uuid);
-    t.engine.snapshot_create("web", Some("cold"), None, &mut quiet()).unwrap();
+    t.engine
+        .snapshot_create("web", Some("cold"), None, &mut quiet())
+        .unwrap();
 
     let (r, state) = t.engine.snapshot_restore("web", "cold", &mut quiet()).unwrap();
 
@@ -308,7 +350,10 @@ fn snapshot_create_while_locked_is_busy() {
     running(&t, "web");
     let _held = t.engine.lock("web").unwrap();
 
-    let err = t.engine.snapshot_create("web", Some("a"), None, &mut quiet()).unwrap_err();
+    let err = t
+        .engine
+        .snapshot_create("web", Some("a"), None, &mut quiet())
+        .unwrap_err();
 
     assert!(matches!(err, EngineError::Busy { .. }), "{err}");
 }
