@@ -137,7 +137,11 @@ fn snapshot_create_bad_name_refused_naming_it() {
     let o = nubo(dir.path(), &["vm", "snapshot", "create", "web", "../etc"]);
 
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("snapshot name `../etc` is invalid"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("snapshot name `../etc` is invalid"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
