@@ -11,6 +11,7 @@ pub mod lock;
 pub mod plan;
 pub mod readiness;
 pub mod record;
+pub mod snapshot;
 pub mod ssh;
 pub mod usage;
 

@@ -12,15 +12,15 @@ use nubo_spec::{DiskSource, Field, Network, Payload, VmSpec};
 use crate::record::Phase;
 use crate::{Engine, EngineError, Event};
 
-struct T {
-    _dir: tempfile::TempDir,
-    engine: Engine,
-    disk: PathBuf,
+pub(crate) struct T {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) engine: Engine,
+    pub(crate) disk: PathBuf,
     /// Shares its state with the one in the engine's registry.
-    fake: FakeBackend,
+    pub(crate) fake: FakeBackend,
 }
 
-fn engine_with(backend: FakeBackend) -> T {
+pub(crate) fn engine_with(backend: FakeBackend) -> T {
     let dir = tempfile::tempdir().unwrap();
     let roots = Roots {
         root: dir.path().join("root"),
@@ -37,22 +37,22 @@ fn engine_with(backend: FakeBackend) -> T {
     }
 }
 
-fn fake() -> T {
+pub(crate) fn fake() -> T {
     engine_with(FakeBackend::new("qemu"))
 }
 
-fn spec(t: &T, name: &str) -> VmSpec {
+pub(crate) fn spec(t: &T, name: &str) -> VmSpec {
     let mut s = VmSpec::new(VmName::parse(name).unwrap(), DiskSource::Disk { path: t.disk.clone() });
     s.network = Network::Restricted;
     s.resources.memory = Some(ByteSize(256 << 20));
     s
 }
 
-fn quiet() -> impl FnMut(Event) {
+pub(crate) fn quiet() -> impl FnMut(Event) {
     |_| {}
 }
 
-fn entries(p: &Path) -> Vec<String> {
+pub(crate) fn entries(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(p)
         .map(|d| {
             d.flatten()

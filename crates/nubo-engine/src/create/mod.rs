@@ -370,6 +370,8 @@ impl Engine {
             },
             launch: None,
             notes: Vec::new(),
+            snapshots: Vec::new(),
+            current_snapshot: None,
         };
         // The record comes first: from here on, an interrupted create is found and converged.
         // It need not be durable yet: after a power loss there is no VMM to converge.
