@@ -61,12 +61,20 @@ mod tests {
 
         crate::validate_network_config(&out).unwrap();
         let docs = yaml_rust2::YamlLoader::load_from_str(std::str::from_utf8(&out).unwrap()).unwrap();
-        assert_eq!(docs[0]["ethernets"]["nic0"]["addresses"][0].as_str(), Some("10.237.52.86/16"));
+        assert_eq!(
+            docs[0]["ethernets"]["nic0"]["addresses"][0].as_str(),
+            Some("10.237.52.86/16")
+        );
     }
 
     #[test]
     fn render_network_config_static_bad_address_is_refused() {
-        for (a, g) in [("10.237.0.2", "10.237.0.1"), ("10.237.0.2/33", "10.237.0.1"), ("x/16", "10.237.0.1"), ("10.237.0.2/16", "gw\n")] {
+        for (a, g) in [
+            ("10.237.0.2", "10.237.0.1"),
+            ("10.237.0.2/33", "10.237.0.1"),
+            ("x/16", "10.237.0.1"),
+            ("10.237.0.2/16", "gw\n"),
+        ] {
             let err = render_network_config_static("52:54:00:12:34:56", a, g).unwrap_err();
 
             assert!(matches!(err, SeedError::InvalidAddress { .. }), "{a} {g}: {err}");

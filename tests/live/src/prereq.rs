@@ -113,11 +113,17 @@ pub fn cloud_hypervisor_binary() -> Result<std::path::PathBuf, String> {
         return if is_executable(&p) {
             Ok(p)
         } else {
-            Err(format!("{CLOUD_HYPERVISOR_ENV}={} is not an executable file", p.display()))
+            Err(format!(
+                "{CLOUD_HYPERVISOR_ENV}={} is not an executable file",
+                p.display()
+            ))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    if let Some(p) = std::env::split_paths(&path).map(|d| d.join("cloud-hypervisor")).find(|p| is_executable(p)) {
+    if let Some(p) = std::env::split_paths(&path)
+        .map(|d| d.join("cloud-hypervisor"))
+        .find(|p| is_executable(p))
+    {
         return Ok(p);
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -77,7 +77,15 @@ pub fn guest_elf() -> Vec<u8> {
         }
     };
     phdr(&mut e, 1, 5, 0, BASE, total, 0x1000); // PT_LOAD r-x: the whole file at 1 MiB
-    phdr(&mut e, 4, 4, note_off as u64, BASE + note_off as u64, note.len() as u64, 4); // PT_NOTE
+    phdr(
+        &mut e,
+        4,
+        4,
+        note_off as u64,
+        BASE + note_off as u64,
+        note.len() as u64,
+        4,
+    ); // PT_NOTE
     e.extend_from_slice(&note);
     e.resize(CODE_OFFSET, 0);
     e.extend_from_slice(&code);

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use nubo_backend::cloud_hypervisor::CloudHypervisorBackend;
 use nubo_backend::{Backend, Restored, VmRef};
 use nubo_core::VmState;
-use nubo_live::{pvh, prereq, run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{prereq, pvh, run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
 /// One cloud-init boot on real KVM (never here).
@@ -48,7 +48,11 @@ fn main() -> ExitCode {
 fn timed(what: &str, body: impl FnOnce() -> TestResult) -> TestResult {
     let t = Instant::now();
     let r = body();
-    println!("timing {what}: {:.2}s ({})", t.elapsed().as_secs_f64(), if r.is_ok() { "ok" } else { "failed" });
+    println!(
+        "timing {what}: {:.2}s ({})",
+        t.elapsed().as_secs_f64(),
+        if r.is_ok() { "ok" } else { "failed" }
+    );
     r
 }
 
@@ -69,11 +73,7 @@ struct Out {
 /// on PATH.
 fn nubo(root: &TestRoot, args: &[&str], timeout: Duration) -> Result<Out, String> {
     let nubo = nubo_live::nubo_bin()?;
-    let path = format!(
-        "{}:{}",
-        ch_dir()?.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = format!("{}:{}", ch_dir()?.display(), std::env::var("PATH").unwrap_or_default());
     let mut cmd = Command::new("unshare");
     cmd.arg("--net")
         .arg("--")
@@ -209,8 +209,19 @@ fn guest_files(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
 
 fn create_args<'a>(name: &'a str, elf: &'a str, disk: &'a str) -> Vec<&'a str> {
     vec![
-        "vm", "create", name, "--disk", disk, "--kernel", elf, "--cmdline", "pvh", "--machine", "microvm",
-        "--memory", "128M",
+        "vm",
+        "create",
+        name,
+        "--disk",
+        disk,
+        "--kernel",
+        elf,
+        "--cmdline",
+        "pvh",
+        "--machine",
+        "microvm",
+        "--memory",
+        "128M",
     ]
 }
 
@@ -250,7 +261,11 @@ fn pvh_lifecycle() -> TestResult {
     // Create: no --backend; a microvm workload goes to cloud-hypervisor.
     let t0 = Instant::now();
     let out = must(nubo(&root, &create_args(name, &elf, &disk), QUICK)?)?;
-    println!("  create returned in {:.0} ms: {}", t0.elapsed().as_secs_f64() * 1e3, out.stderr.lines().find(|l| l.contains("backend")).unwrap_or(""));
+    println!(
+        "  create returned in {:.0} ms: {}",
+        t0.elapsed().as_secs_f64() * 1e3,
+        out.stderr.lines().find(|l| l.contains("backend")).unwrap_or("")
+    );
     let rec = record(&root, name)?;
     if rec["backend"] != "cloud-hypervisor" {
         return Err(format!("the heuristic picked {} for a microvm", rec["backend"]));
@@ -272,16 +287,22 @@ fn pvh_lifecycle() -> TestResult {
 
     // ip: the address computed from the MAC, marked predicted.
     let ip = must(nubo(&root, &["vm", "ip", name, "-o", "json"], QUICK)?)?;
-    let ipj: serde_json::Value = serde_json::from_str(&ip.stdout).map_err(|e| format!("vm ip json: {e}: {}", ip.stdout))?;
+    let ipj: serde_json::Value =
+        serde_json::from_str(&ip.stdout).map_err(|e| format!("vm ip json: {e}: {}", ip.stdout))?;
     let mac = rec["backend_state"]["mac"].as_str().unwrap_or_default();
     let want = nubo_backend::cloud_hypervisor::net::predicted_address(mac).ok_or("no predicted address")?;
-    if ipj["guest_addresses"][0] != want.to_string().as_str() || !ipj["network"].as_str().unwrap_or("").contains("predicted") {
+    if ipj["guest_addresses"][0] != want.to_string().as_str()
+        || !ipj["network"].as_str().unwrap_or("").contains("predicted")
+    {
         return Err(format!("vm ip: {}", ip.stdout));
     }
     // The seed carries it: network-config version 2 matched by the MAC.
     let seed = fs::read(root.root().join("vms").join(name).join("seed.img")).map_err(|e| e.to_string())?;
     let files_in = nubo_seed::read(&seed).map_err(|e| e.to_string())?;
-    let nc = files_in.iter().find(|f| f.name == "network-config").ok_or("the seed has no network-config")?;
+    let nc = files_in
+        .iter()
+        .find(|f| f.name == "network-config")
+        .ok_or("the seed has no network-config")?;
     let nc = String::from_utf8_lossy(&nc.data);
     if !nc.contains(mac) || !nc.contains(&format!("{want}/16")) {
         return Err(format!("network-config does not carry {mac} -> {want}: {nc}"));
@@ -312,7 +333,9 @@ fn pvh_lifecycle() -> TestResult {
             if !msg.contains("GetNestedState") || !msg.contains("real KVM host") {
                 return Err(format!("snapshot refusal does not carry CH's words and the fix: {msg}"));
             }
-            let left: Vec<_> = fs::read_dir(vm.dir.join("snapshots")).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+            let left: Vec<_> = fs::read_dir(vm.dir.join("snapshots"))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
             if !left.is_empty() {
                 return Err(format!("a refused snapshot left {left:?}"));
             }
@@ -323,8 +346,12 @@ fn pvh_lifecycle() -> TestResult {
         }
         Err(e) => return Err(format!("snapshot failed on real KVM: {e}")),
         Ok(t) => {
-            b.snapshot_delete(&vm.r(), &vm.machine, "s1").map_err(|e| e.to_string())?;
-            println!("  snapshot taken ({} bytes, frozen {:?})", t.snapshot.vm_state_size, t.frozen);
+            b.snapshot_delete(&vm.r(), &vm.machine, "s1")
+                .map_err(|e| e.to_string())?;
+            println!(
+                "  snapshot taken ({} bytes, frozen {:?})",
+                t.snapshot.vm_state_size, t.frozen
+            );
         }
     }
 
@@ -334,7 +361,10 @@ fn pvh_lifecycle() -> TestResult {
     if vmm_alive(pid) {
         return Err(format!("the VMM (pid {pid}) survived vm stop"));
     }
-    println!("  stopped in {:.1} s (power-button ignored, then vm.shutdown/vmm.shutdown)", t0.elapsed().as_secs_f64());
+    println!(
+        "  stopped in {:.1} s (power-button ignored, then vm.shutdown/vmm.shutdown)",
+        t0.elapsed().as_secs_f64()
+    );
     let ls = must(nubo(&root, &["vm", "ls", "-o", "json"], QUICK)?)?;
     if !ls.stdout.contains("\"stopped\"") {
         return Err(format!("vm ls does not say stopped: {}", ls.stdout));
@@ -345,7 +375,11 @@ fn pvh_lifecycle() -> TestResult {
     let again = wait_counter(&root, name, 1, QUICK)?;
     let prev = root.root().join("vms").join(name).join("console.log.1");
     if again[0] != 0 || !prev.is_file() {
-        return Err(format!("restart: first counter {:x}, previous log kept: {}", again[0], prev.is_file()));
+        return Err(format!(
+            "restart: first counter {:x}, previous log kept: {}",
+            again[0],
+            prev.is_file()
+        ));
     }
     let pid2 = vmm_pid(&record(&root, name)?).ok_or("no pid after start")?;
 
@@ -354,7 +388,9 @@ fn pvh_lifecycle() -> TestResult {
     if vmm_alive(pid2) || root.root().join("vms").join(name).exists() {
         return Err("vm rm left the VMM or the VM's directory".into());
     }
-    let run_left: Vec<_> = fs::read_dir(root.run_dir().join("vms")).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let run_left: Vec<_> = fs::read_dir(root.run_dir().join("vms"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     if !run_left.is_empty() {
         return Err(format!("vm rm left runtime files: {run_left:?}"));
     }
@@ -362,7 +398,9 @@ fn pvh_lifecycle() -> TestResult {
 }
 
 fn vms_empty(root: &TestRoot, what: &str) -> TestResult {
-    let left: Vec<_> = fs::read_dir(root.root().join("vms")).map(|d| d.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+    let left: Vec<_> = fs::read_dir(root.root().join("vms"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
     if left.is_empty() {
         Ok(())
     } else {
@@ -383,10 +421,20 @@ fn refusals() -> TestResult {
         names: vec!["bad".into()],
     };
     let base = |extra: &[&str], kernel: &str| -> Vec<String> {
-        let mut a: Vec<String> = ["vm", "create", "bad", "--disk", &disk, "--memory", "128M", "--backend", "ch"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut a: Vec<String> = [
+            "vm",
+            "create",
+            "bad",
+            "--disk",
+            &disk,
+            "--memory",
+            "128M",
+            "--backend",
+            "ch",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         if !kernel.is_empty() {
             a.extend(["--kernel", kernel, "--cmdline", "pvh"].iter().map(|s| s.to_string()));
         }
@@ -394,13 +442,32 @@ fn refusals() -> TestResult {
         a
     };
     let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
-        ("--firmware bios", base(&["--firmware", "bios"], ""), vec!["no BIOS boot", "CLOUDHV.fd"]),
-        ("a firmware path that does not exist", base(&["--firmware", "/nonexistent/CLOUDHV.fd"], ""), vec!["/nonexistent/CLOUDHV.fd"]),
-        ("a kernel that is not ELF or bzImage", base(&[], &text_kernel), vec!["neither an ELF vmlinux", "not-a-kernel"]),
-        ("--restrict-network", base(&["--restrict-network"], &elf), vec!["unsupported by the cloud-hypervisor backend", "qemu"]),
+        (
+            "--firmware bios",
+            base(&["--firmware", "bios"], ""),
+            vec!["no BIOS boot", "CLOUDHV.fd"],
+        ),
+        (
+            "a firmware path that does not exist",
+            base(&["--firmware", "/nonexistent/CLOUDHV.fd"], ""),
+            vec!["/nonexistent/CLOUDHV.fd"],
+        ),
+        (
+            "a kernel that is not ELF or bzImage",
+            base(&[], &text_kernel),
+            vec!["neither an ELF vmlinux", "not-a-kernel"],
+        ),
+        (
+            "--restrict-network",
+            base(&["--restrict-network"], &elf),
+            vec!["unsupported by the cloud-hypervisor backend", "qemu"],
+        ),
         (
             "memory beyond the host",
-            base(&[], &elf).into_iter().map(|a| if a == "128M" { "4T".to_owned() } else { a }).collect(),
+            base(&[], &elf)
+                .into_iter()
+                .map(|a| if a == "128M" { "4T".to_owned() } else { a })
+                .collect(),
             vec!["--memory", "host"],
         ),
     ];
@@ -427,7 +494,10 @@ fn refusals() -> TestResult {
             .args(&cmd_args)
             .env("NUBO_ROOT", root.root())
             .env("NUBO_RUN_DIR", long.path())
-            .env("PATH", format!("{}:{}", ch_dir()?.display(), std::env::var("PATH").unwrap_or_default())),
+            .env(
+                "PATH",
+                format!("{}:{}", ch_dir()?.display(), std::env::var("PATH").unwrap_or_default()),
+            ),
         QUICK,
     );
     match out {
@@ -463,7 +533,9 @@ fn snapshot_restore() -> TestResult {
     wait_counter(&root, name, 4, QUICK)?;
     let b = backend()?;
     let mut vm = Vm::load(&root, name)?;
-    let taken = b.snapshot_create(&vm.r(), &vm.machine, "s1").map_err(|e| e.to_string())?;
+    let taken = b
+        .snapshot_create(&vm.r(), &vm.machine, "s1")
+        .map_err(|e| e.to_string())?;
     let at_snapshot = pvh::counters(&console(&root, name)).last().copied().unwrap_or(0);
     if !taken.snapshot.has_memory || taken.frozen.is_none() {
         return Err(format!("a running VM's snapshot has no memory: {taken:?}"));
@@ -476,7 +548,9 @@ fn snapshot_restore() -> TestResult {
     wait_counter(&root, name, at_snapshot + 20, QUICK)?;
     let later = pvh::counters(&console(&root, name)).last().copied().unwrap_or(0);
     let log_len = console(&root, name).len();
-    let restored = b.snapshot_restore(&vm.machine, &mut vm.state, "s1").map_err(|e| e.to_string())?;
+    let restored = b
+        .snapshot_restore(&vm.machine, &mut vm.state, "s1")
+        .map_err(|e| e.to_string())?;
     if restored != Restored::Running {
         return Err(format!("restore of a running VM: {restored:?}"));
     }
@@ -485,7 +559,11 @@ fn snapshot_restore() -> TestResult {
     let t0 = Instant::now();
     let after = loop {
         let log = console(&root, name);
-        let tail = if log.len() > log_len { &log[log_len..] } else { log.as_str() };
+        let tail = if log.len() > log_len {
+            &log[log_len..]
+        } else {
+            log.as_str()
+        };
         let c = pvh::counters(tail);
         if c.len() >= 3 {
             break c;
@@ -501,8 +579,12 @@ fn snapshot_restore() -> TestResult {
             after[0]
         ));
     }
-    println!("  snapshot at {at_snapshot:x}, ran to {later:x}, restored guest went on from {:x}", after[0]);
-    b.snapshot_delete(&vm.r(), &vm.machine, "s1").map_err(|e| e.to_string())?;
+    println!(
+        "  snapshot at {at_snapshot:x}, ran to {later:x}, restored guest went on from {:x}",
+        after[0]
+    );
+    b.snapshot_delete(&vm.r(), &vm.machine, "s1")
+        .map_err(|e| e.to_string())?;
     must(nubo(&root, &["vm", "rm", "--force", name], QUICK)?)?;
     Ok(())
 }
@@ -517,7 +599,20 @@ fn cloud_init() -> TestResult {
     };
     let out = must(nubo(
         &root,
-        &["vm", "create", name, "--image", "debian:12", "--backend", "ch", "--hostname", "nubo-ch", "--wait", "--boot-timeout", "240s"],
+        &[
+            "vm",
+            "create",
+            name,
+            "--image",
+            "debian:12",
+            "--backend",
+            "ch",
+            "--hostname",
+            "nubo-ch",
+            "--wait",
+            "--boot-timeout",
+            "240s",
+        ],
         BOOT,
     )?)?;
     let log = console(&root, name);
