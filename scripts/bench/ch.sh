@@ -79,6 +79,6 @@ for i in $(seq "$runs"); do
 done
 ch_run=$(cut -d' ' -f1 "$work/ch" | median); ch_byte=$(cut -d' ' -f2 "$work/ch" | median)
 q_run=$(cut -d' ' -f1 "$work/qemu" | median); q_byte=$(cut -d' ' -f2 "$work/qemu" | median)
-echo "ch: PVH guest, median of $runs creates each (cloud-hypervisor $("$ch" --version | head -1 | cut -d' ' -f2), qemu microvm $(qemu-system-x86_64 --version | head -1 | cut -d' ' -f4))"
+echo "ch: PVH guest, median of $runs creates each (cloud-hypervisor $("$ch" --version 2>/dev/null | sed -n 1p | cut -d' ' -f2), qemu microvm $(qemu-system-x86_64 --version | sed -n 1p | cut -d' ' -f4))"
 printf '  create -> VM running:   cloud-hypervisor %5d ms   qemu microvm %5d ms   qemu/ch %.1fx\n' "$ch_run" "$q_run" "$(echo "$q_run / ($ch_run + 0.0001)" | bc -l)"
 printf '  create -> first serial: cloud-hypervisor %5d ms   qemu microvm %5d ms   qemu/ch %.1fx\n' "$ch_byte" "$q_byte" "$(echo "$q_byte / ($ch_byte + 0.0001)" | bc -l)"
