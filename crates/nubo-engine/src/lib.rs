@@ -66,6 +66,8 @@ pub struct Engine {
     /// `NUBO_VM_BACKEND`, read by the binary.
     pub env_backend: Option<String>,
     pub fetcher: Option<Box<dyn ImageFetcher>>,
+    /// How long a command waits for another command on the same VM ([`LOCK_WAIT`]).
+    pub lock_wait: Duration,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -78,7 +80,7 @@ pub struct StoredSettings {
 /// How long a command waits for another command on the same VM before saying it is busy:
 /// longer than any step that holds the lock (a create up to the VMM's start, a memory
 /// snapshot), short enough that a stuck holder is reported.
-const LOCK_WAIT: Duration = Duration::from_secs(30);
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// settings.json is a few bytes; a bigger one is not nubo's.
 const MAX_SETTINGS: u64 = 1 << 20;
@@ -90,6 +92,7 @@ impl Engine {
             registry,
             env_backend,
             fetcher: None,
+            lock_wait: LOCK_WAIT,
         }
     }
 
@@ -99,7 +102,7 @@ impl Engine {
     }
 
     pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
-        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, LOCK_WAIT)
+        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, self.lock_wait)
     }
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {

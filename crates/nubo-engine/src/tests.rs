@@ -28,7 +28,9 @@ pub(crate) fn engine_with(backend: FakeBackend) -> T {
     };
     let disk = dir.path().join("base.qcow2");
     nubo_disk::create_qcow2(&disk, 64 << 20).unwrap();
-    let engine = Engine::new(roots, Registry::new(vec![Box::new(backend.clone())]), None);
+    let mut engine = Engine::new(roots, Registry::new(vec![Box::new(backend.clone())]), None);
+    // A held lock is reported at once: the tests hold one on purpose.
+    engine.lock_wait = std::time::Duration::from_millis(100);
     T {
         _dir: dir,
         engine,
@@ -375,4 +377,58 @@ fn wave1_record_migrates_and_starts_through_new_seam() {
     assert_eq!(t.engine.state(&rec).unwrap(), VmState::Running);
     let saved = crate::record::load(&vm_dir).unwrap().unwrap();
     assert_eq!(saved.schema, crate::record::SCHEMA);
+}
+
+fn micro_caps() -> Capabilities {
+    Capabilities {
+        direct_kernel: true,
+        microvm: true,
+        ..Capabilities::default()
+    }
+}
+
+fn microvm_spec(t: &T) -> VmSpec {
+    let mut s = spec(t, "micro");
+    s.network = Network::Forward;
+    s.machine = nubo_spec::Machine::Microvm;
+    s.boot = Some(nubo_spec::KernelBoot {
+        kernel: t.disk.clone(),
+        initrd: None,
+        cmdline: Some("console=ttyS0".into()),
+    });
+    s
+}
+
+#[test]
+fn plan_microvm_workload_picks_cloud_hypervisor() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+
+    let plan = engine.dry_run(&microvm_spec(&t)).unwrap();
+
+    assert_eq!(plan.backend, "cloud-hypervisor");
+}
+
+#[test]
+fn plan_kernel_boot_on_default_machine_keeps_qemu() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor").with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.machine = nubo_spec::Machine::Default;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "qemu");
 }

@@ -134,7 +134,7 @@ pub struct CreateArgs {
     /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
     #[arg(long)]
     pub disk: Option<PathBuf>,
-    /// Backend: `qemu` (see `nubo vm default-backend` and NUBO_VM_BACKEND)
+    /// Backend: `qemu` or `cloud-hypervisor` (`ch`) (see `nubo vm default-backend` and NUBO_VM_BACKEND)
     #[arg(long)]
     pub backend: Option<String>,
     #[arg(long)]
