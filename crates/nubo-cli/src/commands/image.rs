@@ -283,6 +283,8 @@ fn placeholder_record() -> ImageRecord {
             checksum: None,
             serial: None,
             recipe: None,
+            manifest: None,
+            origin: None,
         },
         verified: false,
         created: String::new(),
