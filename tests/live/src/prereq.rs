@@ -39,6 +39,12 @@ fn probe(name: &str) -> Result<(), String> {
         "ovmf" => file(OVMF_CODE, "ovmf").and_then(|()| file(OVMF_VARS, "ovmf")),
         // The host tools of `nubo image bootstrap`, and root or mmdebstrap's unshare mode.
         "bootstrap" => nubo_bootstrap::Host::probe().map(|_| ()).map_err(|e| e.to_string()),
+        // The OCI registry tests: a real registry (distribution 2.8) the test starts itself, its
+        // htpasswd file made with apache2-utils' bcrypt, and a peer client.
+        "docker-registry" => {
+            tool("docker-registry", "docker-registry").and_then(|()| tool("htpasswd", "apache2-utils"))
+        }
+        "skopeo" => tool("skopeo", "skopeo"),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }

@@ -160,13 +160,12 @@ impl AuthFile {
         if !path.exists() {
             return Ok(AuthFile::default());
         }
-        let bytes =
-            nubo_core::file::read_bounded(path, "registry credentials", MAX_AUTH_FILE).map_err(|source| {
-                AuthFileError::Read {
-                    path: path.to_path_buf(),
-                    source,
-                }
-            })?;
+        let bytes = nubo_core::file::read_bounded(path, "registry credentials", MAX_AUTH_FILE).map_err(|source| {
+            AuthFileError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
         serde_json::from_slice(&bytes).map_err(|source| AuthFileError::Parse {
             path: path.to_path_buf(),
             source,
@@ -250,7 +249,8 @@ mod tests {
 
     #[test]
     fn challenge_bearer_with_quoted_comma_parses() {
-        let h = r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#;
+        let h =
+            r#"Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull,push""#;
 
         let c = Challenge::parse(h).unwrap();
 

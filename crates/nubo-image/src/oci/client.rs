@@ -162,9 +162,7 @@ impl Client {
                 Some(c) => c.basic_header(),
                 None => return Err(self.unauthorized(what)),
             },
-            Challenge::Bearer { realm, service, scope } => {
-                self.token(&realm, service.as_deref(), scope.as_deref())?
-            }
+            Challenge::Bearer { realm, service, scope } => self.token(&realm, service.as_deref(), scope.as_deref())?,
         };
         if had.as_deref() == Some(header.as_str()) {
             // The same credentials were refused already.
@@ -392,7 +390,9 @@ impl Client {
     /// Uploads a small blob in one request.
     pub fn upload_bytes(&self, repository: &str, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
         let mut r = bytes;
-        self.upload_blob(repository, digest, bytes.len() as u64, &mut r, &mut |_| {}, &mut || Ok(()))
+        self.upload_blob(repository, digest, bytes.len() as u64, &mut r, &mut |_| {}, &mut || {
+            Ok(())
+        })
     }
 
     /// `PUT` the manifest under `tag`; returns the digest the registry reports (or ours).
@@ -504,12 +504,20 @@ impl Client {
 /// The first `message` of a registry's `{"errors":[{"code","message"}]}` body.
 fn error_detail(resp: Response<Body>) -> Option<String> {
     let mut text = String::new();
-    resp.into_body().into_reader().take(SMALL).read_to_string(&mut text).ok()?;
+    resp.into_body()
+        .into_reader()
+        .take(SMALL)
+        .read_to_string(&mut text)
+        .ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
     let e = v.get("errors")?.as_array()?.first()?;
     let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
     let msg = e.get("message").and_then(|c| c.as_str()).unwrap_or("");
-    Some(nubo_core::file::escape_control(&format!("{code} {msg}").chars().take(300).collect::<String>()).trim().to_owned())
+    Some(
+        nubo_core::file::escape_control(&format!("{code} {msg}").chars().take(300).collect::<String>())
+            .trim()
+            .to_owned(),
+    )
 }
 
 /// `<url>; rel="next"` from a `Link` header.

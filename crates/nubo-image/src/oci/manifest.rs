@@ -396,7 +396,11 @@ fn check_descriptor(d: &Descriptor) -> Result<(), String> {
 fn meta(a: &BTreeMap<String, String>) -> Result<Meta, String> {
     for (k, v) in a {
         if k.starts_with("io.nubo.") && v.len() > MAX_VALUE {
-            return Err(format!("annotation {} is {} bytes (at most {MAX_VALUE})", shown(k), v.len()));
+            return Err(format!(
+                "annotation {} is {} bytes (at most {MAX_VALUE})",
+                shown(k),
+                v.len()
+            ));
         }
     }
     let text = |k: &str| a.get(k).map(|v| nubo_core::file::escape_control(v));
@@ -424,7 +428,13 @@ fn meta(a: &BTreeMap<String, String>) -> Result<Meta, String> {
         firmware.push(match f {
             "bios" => Firmware::Bios,
             "efi" => Firmware::Efi,
-            other => return Err(format!("annotation {} names firmware `{}`", key::FIRMWARE, shown(other))),
+            other => {
+                return Err(format!(
+                    "annotation {} names firmware `{}`",
+                    key::FIRMWARE,
+                    shown(other)
+                ))
+            }
         });
     }
     let vcpus: Option<u32> = num(a, key::VCPUS)?;

@@ -62,7 +62,10 @@ fn render_bootstrapped_image_matches_golden() {
 
 #[test]
 fn render_same_inputs_same_bytes() {
-    assert_eq!(render(&record(), &blobs()).to_bytes(), render(&record(), &blobs()).to_bytes());
+    assert_eq!(
+        render(&record(), &blobs()).to_bytes(),
+        render(&record(), &blobs()).to_bytes()
+    );
 }
 
 #[test]
@@ -74,8 +77,16 @@ fn classify_rendered_round_trips_metadata() {
     assert_eq!(art.blobs, {
         let mut b = blobs();
         b.disk.annotations.insert(key::TITLE.into(), "disk.qcow2".into());
-        b.kernel.as_mut().unwrap().annotations.insert(key::TITLE.into(), "vmlinuz".into());
-        b.initrd.as_mut().unwrap().annotations.insert(key::TITLE.into(), "initrd.img".into());
+        b.kernel
+            .as_mut()
+            .unwrap()
+            .annotations
+            .insert(key::TITLE.into(), "vmlinuz".into());
+        b.initrd
+            .as_mut()
+            .unwrap()
+            .annotations
+            .insert(key::TITLE.into(), "initrd.img".into());
         b
     });
     assert_eq!(art.format, "qcow2");

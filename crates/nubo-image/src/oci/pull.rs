@@ -30,7 +30,10 @@ pub struct OciPullRequest {
 
 /// The registry and the repository/tag-or-digest path of `r`, or why it has none.
 pub fn split(r: &OciRef) -> Result<(&str, &str, String), OciError> {
-    let registry = r.registry.as_deref().ok_or_else(|| OciError::NoRegistry(r.to_string()))?;
+    let registry = r
+        .registry
+        .as_deref()
+        .ok_or_else(|| OciError::NoRegistry(r.to_string()))?;
     let at = match (&r.digest, &r.tag) {
         (Some(d), _) => d.clone(),
         (None, Some(t)) => t.clone(),
@@ -44,7 +47,10 @@ pub fn split(r: &OciRef) -> Result<(&str, &str, String), OciError> {
 /// catalog name such as `debian:12`, and the tag (lowercased), or `sha256-<16 hex>` for a pull
 /// by digest alone.
 pub fn local_name(r: &OciRef) -> Result<ImageRef, OciError> {
-    let registry = r.registry.as_deref().ok_or_else(|| OciError::NoRegistry(r.to_string()))?;
+    let registry = r
+        .registry
+        .as_deref()
+        .ok_or_else(|| OciError::NoRegistry(r.to_string()))?;
     let name = format!(
         "{}_{}",
         registry.to_ascii_lowercase().replace(':', "-"),
@@ -75,15 +81,17 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
     let shown = r.to_string();
     let (registry, repository, at) = split(r)?;
     let client = Client::new(registry, &req.client)?;
-    let bytes = client.manifest(repository, &at, &shown)?.ok_or_else(|| OciError::NotFound {
-        reference: shown.clone(),
-        registry: registry.to_owned(),
-        repository: repository.to_owned(),
-        what: match &r.digest {
-            Some(d) => format!("manifest {d}"),
-            None => format!("tag `{at}`"),
-        },
-    })?;
+    let bytes = client
+        .manifest(repository, &at, &shown)?
+        .ok_or_else(|| OciError::NotFound {
+            reference: shown.clone(),
+            registry: registry.to_owned(),
+            repository: repository.to_owned(),
+            what: match &r.digest {
+                Some(d) => format!("manifest {d}"),
+                None => format!("tag `{at}`"),
+            },
+        })?;
     let mut h = StreamHasher::new(None);
     h.update(&bytes);
     let manifest_digest = h.finish().sha256.to_string();
@@ -95,7 +103,9 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
             });
         }
     }
-    progress(PullEvent::Note(format!("{shown} is {registry}/{repository}@{manifest_digest}")));
+    progress(PullEvent::Note(format!(
+        "{shown} is {registry}/{repository}@{manifest_digest}"
+    )));
     let art = classify(&bytes).map_err(|source| OciError::Manifest {
         reference: shown.clone(),
         source,
@@ -117,10 +127,12 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
             lock: lock_path.clone(),
         })
     })
-    .map_err(|source| OciError::Setup(PullError::Lock {
-        path: lock_path.clone(),
-        source,
-    }))?;
+    .map_err(|source| {
+        OciError::Setup(PullError::Lock {
+            path: lock_path.clone(),
+            source,
+        })
+    })?;
 
     let blob = store.blob_path(&art.blobs.disk.digest, &art.format)?;
     let boot_dir = store.dir().join("boot").join(hex);

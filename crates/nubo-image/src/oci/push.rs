@@ -41,7 +41,10 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     if t.digest.is_some() {
         return Err(OciError::PushToDigest(t.to_string()));
     }
-    let registry = t.registry.as_deref().ok_or_else(|| OciError::NoRegistry(t.to_string()))?;
+    let registry = t
+        .registry
+        .as_deref()
+        .ok_or_else(|| OciError::NoRegistry(t.to_string()))?;
     let repository = t.repository.as_str();
     let tag = t.tag.clone().unwrap_or_else(|| req.image.tag.clone());
     let record = store.require(&req.image)?;
@@ -92,11 +95,17 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     }
     for (what, path, d) in &files {
         if client.has_blob(repository, &d.digest)? {
-            progress(PullEvent::Note(format!("{what} {} already in {registry}/{repository}", d.digest)));
+            progress(PullEvent::Note(format!(
+                "{what} {} already in {registry}/{repository}",
+                d.digest
+            )));
             skipped += 1;
             continue;
         }
-        progress(PullEvent::Note(format!("uploading {what} {} ({} bytes)", d.digest, d.size)));
+        progress(PullEvent::Note(format!(
+            "uploading {what} {} ({} bytes)",
+            d.digest, d.size
+        )));
         upload_file(&client, repository, &record, what, path, d, progress)?;
         uploaded += 1;
     }
@@ -152,10 +161,12 @@ fn upload_file(
         &d.digest,
         d.size,
         &mut reader,
-        &mut |done| progress(PullEvent::Progress {
-            done,
-            total: Some(d.size),
-        }),
+        &mut |done| {
+            progress(PullEvent::Progress {
+                done,
+                total: Some(d.size),
+            })
+        },
         &mut || {
             let got = hasher.replace(StreamHasher::new(None)).finish().sha256.to_string();
             if got == d.digest {
