@@ -60,7 +60,7 @@ pub enum Payload<'a> {
 
 impl Client {
     pub fn new(registry: &str, s: &ClientSettings) -> Result<Client, OciError> {
-        let agent = http::agent(&s.tls, s.insecure).map_err(OciError::Setup)?;
+        let agent = http::agent(&s.tls, s.insecure).map_err(|e| OciError::Setup(Box::new(e)))?;
         let scheme = if s.insecure { "http" } else { "https" };
         let base = format!("{scheme}://{registry}");
         Ok(Client {

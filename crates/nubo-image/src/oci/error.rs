@@ -13,7 +13,7 @@ use crate::store::StoreError;
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
     #[error(transparent)]
-    Setup(PullError),
+    Setup(Box<PullError>),
     #[error("could not connect to registry {registry}: nothing was transferred; check the address and that the registry is up")]
     Unreachable {
         registry: String,
@@ -89,7 +89,7 @@ pub enum OciError {
         reference: String,
         what: &'static str,
         #[source]
-        source: PullError,
+        source: Box<PullError>,
     },
     #[error("`{reference}`: the disk is not an image nubo stores (nothing was stored)")]
     Disk {

@@ -128,10 +128,10 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
         })
     })
     .map_err(|source| {
-        OciError::Setup(PullError::Lock {
+        OciError::Setup(Box::new(PullError::Lock {
             path: lock_path.clone(),
             source,
-        })
+        }))
     })?;
 
     let blob = store.blob_path(&art.blobs.disk.digest, &art.format)?;
@@ -195,9 +195,9 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
     let resumable = matches!(
         &result,
         Err(OciError::Transfer {
-            source: PullError::Interrupted { kept, .. },
+            source,
             ..
-        }) if *kept > 0
+        }) if matches!(**source, PullError::Interrupted { kept, .. } if kept > 0)
     );
     if result.is_err() && !resumable {
         for p in &parts {
@@ -241,7 +241,7 @@ fn get_blob(
             return Err(OciError::Transfer {
                 reference: reference.to_owned(),
                 what,
-                source,
+                source: Box::new(source),
             })
         }
     };
