@@ -5,7 +5,9 @@
 #   push: `nubo image push` of the bootstrapped debian:12 image vs `skopeo copy oci:DIR docker://`
 #   pull: `nubo image pull` into a fresh store (digest and size verified while streaming, strict
 #         inspector, fsync) vs `skopeo copy docker:// oci:DIR`
-# Each run uses a new repository, so neither client can skip a blob the registry already has.
+# Before each push the registry's blob storage is emptied (and each run uses a new repository),
+# so neither client can skip a blob or mount it from another repository (skopeo remembers where
+# it saw a blob and asks the registry to mount it from there).
 # Needs docker-registry, apache2-utils (htpasswd), skopeo, and the live tests' cached image
 # (`cargo test -p nubo-live --test fixture` builds it). Run via scripts/bench.sh oci.
 set -euo pipefail
@@ -83,8 +85,10 @@ skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/cert
 n=0
 timed() { local t0 t1; t0=$(now); "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; "$@"; exit 1; }; t1=$(now); echo "$t1 - $t0" | bc -l; }
 min() { local b=; for v in "$@"; do if [ -z "$b" ] || [ "$(echo "$v < $b" | bc -l)" = 1 ]; then b=$v; fi; done; echo "$b"; }
-nubo_push() { n=$((n + 1)); "$NUBO_BIN" image push debian:12 "$host/bench/nubo-$1:1" --ca-cert "$work/ca.pem"; }
+wipe() { rm -rf "$work/storage/docker/registry/v2/blobs" "$work/storage/docker/registry/v2/repositories"; }
+nubo_push() { wipe; n=$((n + 1)); "$NUBO_BIN" image push debian:12 "$host/bench/nubo-$1:1" --ca-cert "$work/ca.pem"; }
 skopeo_push() {
+  wipe
   skopeo --insecure-policy copy -q --dest-creds "$creds" --dest-cert-dir "$work/certs" "oci:$work/layout:1" "docker://$host/bench/skopeo-$1:1"
 }
 nubo_pull() {
@@ -99,6 +103,11 @@ skopeo_pull() {
 pn=(); ps=(); ln=(); ls=()
 for i in $(seq "$RUNS"); do
   pn+=("$(timed nubo_push "$i")"); ps+=("$(timed skopeo_push "$i")")
+done
+# The pulls read what the seed push put there.
+wipe
+"$NUBO_BIN" image push debian:12 "$host/bench/seed:1" --ca-cert "$work/ca.pem" >/dev/null 2>&1
+for _ in $(seq "$RUNS"); do
   ln+=("$(timed nubo_pull)"); ls+=("$(timed skopeo_pull)")
 done
 t_pn=$(min "${pn[@]}"); t_ps=$(min "${ps[@]}"); t_ln=$(min "${ln[@]}"); t_ls=$(min "${ls[@]}")
