@@ -27,3 +27,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   ca-certificates mmdebstrap dosfstools mtools grub-pc-bin grub-efi-amd64-bin ovmf seabios \
   e2fsprogs fdisk util-linux xorriso genisoimage cloud-image-utils p7zip-full libarchive-tools \
   python3-pycdlib openssh-client gcc pkg-config
+# OCI registry tests and benchmark: a real registry (started by the tests themselves on 127.0.0.1,
+# never its systemd unit), htpasswd for its basic auth, and skopeo as the peer client.
+$SUDO apt-get install -y -qq --no-install-recommends docker-registry apache2-utils skopeo

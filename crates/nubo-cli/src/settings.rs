@@ -21,6 +21,12 @@ pub struct Settings {
     pub mirrors: Vec<(String, String)>,
     /// `SSL_CERT_FILE`: the CA bundle used instead of the system store (OpenSSL's meaning).
     pub ssl_cert_file: Option<PathBuf>,
+    /// Where `nubo registry login` keeps credentials (0600): `$NUBO_ROOT/auth.json` when
+    /// NUBO_ROOT is set, else `$XDG_CONFIG_HOME/nubo/auth.json` (`~/.config/nubo/auth.json`).
+    pub auth_file: PathBuf,
+    /// Credentials nubo reads but never writes: `$REGISTRY_AUTH_FILE` (containers' tools), then
+    /// `$DOCKER_CONFIG/config.json` or `~/.docker/config.json`.
+    pub foreign_auth_files: Vec<PathBuf>,
 }
 
 impl Settings {
@@ -37,6 +43,19 @@ impl Settings {
         };
         let roots = Roots::resolve(&env).context("resolving nubo's state directories")?;
         let stderr_tty = std::io::stderr().is_terminal();
+        let home = var("HOME").map(PathBuf::from);
+        let auth_file = match (var("NUBO_ROOT"), var("XDG_CONFIG_HOME"), &home) {
+            (Some(_), _, _) => roots.root.join("auth.json"),
+            (None, Some(x), _) => PathBuf::from(x).join("nubo/auth.json"),
+            (None, None, Some(h)) => h.join(".config/nubo/auth.json"),
+            (None, None, None) => roots.root.join("auth.json"),
+        };
+        let mut foreign_auth_files: Vec<PathBuf> = var("REGISTRY_AUTH_FILE").map(PathBuf::from).into_iter().collect();
+        match (var("DOCKER_CONFIG"), &home) {
+            (Some(d), _) => foreign_auth_files.push(PathBuf::from(d).join("config.json")),
+            (None, Some(h)) => foreign_auth_files.push(h.join(".docker/config.json")),
+            (None, None) => {}
+        }
         Ok(Settings {
             roots,
             env_backend: std::env::var("NUBO_VM_BACKEND").ok().filter(|v| !v.is_empty()),
@@ -44,6 +63,8 @@ impl Settings {
             stdin_tty: std::io::stdin().is_terminal(),
             mirrors: mirrors_from_env(),
             ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
+            auth_file,
+            foreign_auth_files,
         })
     }
 }

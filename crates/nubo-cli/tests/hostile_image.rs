@@ -348,18 +348,20 @@ fn import_refused_leaves_no_ref_dir() {
 }
 
 #[test]
-fn pull_oci_reference_is_unsupported_not_not_found() {
+fn pull_oci_reference_unreachable_registry_is_connect_error_not_not_found() {
     let dir = tempfile::tempdir().unwrap();
 
-    let pull = nubo(dir.path(), &["image", "pull", "registry.example:5000/team/repo:tag"]);
-    let create = nubo(
-        dir.path(),
-        &["vm", "create", "web", "--image", "registry.example/repo:1"],
-    );
+    // Port 1 on loopback: nothing listens, and no packet leaves the machine.
+    let pull = nubo(dir.path(), &["image", "pull", "127.0.0.1:1/team/repo:tag"]);
+    let create = nubo(dir.path(), &["vm", "create", "web", "--image", "127.0.0.1:1/repo:1"]);
 
     for o in [&pull, &create] {
         assert_eq!(o.status.code(), Some(1), "{}", stderr(o));
-        assert!(stderr(o).contains("not supported yet"), "{}", stderr(o));
+        assert!(
+            stderr(o).contains("could not connect to registry 127.0.0.1:1"),
+            "{}",
+            stderr(o)
+        );
         assert!(!stderr(o).contains("not in the store"), "{}", stderr(o));
     }
     assert_store_empty(dir.path());

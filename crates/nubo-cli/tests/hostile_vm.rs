@@ -252,12 +252,17 @@ fn create_disk_with_backing_file_refused() {
 }
 
 #[test]
-fn create_oci_reference_says_not_supported_yet() {
+fn create_oci_reference_unreachable_registry_says_connect() {
     let e = env();
 
-    let o = e.nubo(&["vm", "create", "evil", "--image", "registry.example:5000/team/repo:1"]);
+    // Port 1 on loopback: nothing listens, and no packet leaves the machine.
+    let o = e.nubo(&["vm", "create", "evil", "--image", "127.0.0.1:1/team/repo:1"]);
 
-    refused(&o, 1, &["OCI", "not supported yet"]);
+    refused(
+        &o,
+        1,
+        &["could not connect to registry 127.0.0.1:1", "127.0.0.1:1/team/repo:1"],
+    );
     e.assert_nothing_left();
 }
 

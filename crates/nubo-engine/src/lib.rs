@@ -51,6 +51,9 @@ pub enum Fetch {
         insecure_no_checksum: bool,
         allow_http: bool,
     },
+    /// A registry reference (`registry.example:5000/team/vm:1`, `...@sha256:<hex>`): the
+    /// fetcher returns the image already pulled from it or pulls it.
+    Oci(nubo_image::OciRef),
 }
 
 /// Pulls images into the store for the engine. The binary implements it (mirrors, TLS roots

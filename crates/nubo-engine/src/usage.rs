@@ -72,6 +72,8 @@ mod tests {
                 checksum: None,
                 serial: None,
                 recipe: None,
+                manifest: None,
+                origin: None,
             },
             verified: true,
             created: String::new(),

@@ -76,6 +76,13 @@ impl StreamHasher {
     }
 }
 
+/// `sha256:<hex>` of `bytes` (a manifest's digest).
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    let mut h = StreamHasher::new(None);
+    h.update(bytes);
+    h.finish().sha256.to_string()
+}
+
 /// Feeds everything `r` yields into `h`; returns the byte count.
 pub fn hash_reader(r: &mut dyn Read, h: &mut StreamHasher) -> io::Result<u64> {
     let mut buf = vec![0u8; CHUNK];

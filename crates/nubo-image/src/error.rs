@@ -86,7 +86,7 @@ pub enum PullError {
     RedirectRefused { from: String, to: String },
     #[error("{url} redirected more than {max} times: check the URL or use another mirror")]
     TooManyRedirects { url: String, max: u32 },
-    #[error("`{0}` is an OCI registry reference: pulling from OCI registries is not supported yet; pull a catalog image or an https URL, or `nubo image import` a local file")]
+    #[error("`{0}` is an OCI registry reference: pull it with `nubo image pull` (the registry client), not as a URL or catalog image")]
     OciUnsupported(String),
     #[error("writing {} failed and the partial file was deleted: free space in the image store (or raise the file size limit) and pull again", path.display())]
     Write {

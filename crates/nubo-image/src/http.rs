@@ -133,6 +133,18 @@ impl SendError {
     }
 }
 
+/// How [`send_with`] may talk to the URLs it is sent to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendOptions<'a> {
+    /// Plain http to any host (`--allow-http`).
+    pub allow_http: bool,
+    /// Plain http to this `host:port` only (an OCI registry given `--insecure-registry`).
+    pub http_host: Option<&'a str>,
+    /// `Authorization`, sent only while the URL stays on the first URL's origin: a redirect to
+    /// another host (a registry's blob storage) never carries the registry's credentials.
+    pub auth: Option<&'a str>,
+}
+
 /// GETs `url` (from byte `range_from` when given), following up to [`MAX_REDIRECTS`] redirects
 /// to https (or http with `allow_http`) URLs only.
 pub fn send(
@@ -141,11 +153,33 @@ pub fn send(
     range_from: Option<u64>,
     allow_http: bool,
 ) -> Result<ureq::http::Response<ureq::Body>, SendError> {
+    send_with(
+        agent,
+        url,
+        range_from,
+        &SendOptions {
+            allow_http,
+            ..Default::default()
+        },
+    )
+}
+
+/// [`send`] with credentials and a per-host plain-http allowance.
+pub fn send_with(
+    agent: &ureq::Agent,
+    url: &str,
+    range_from: Option<u64>,
+    opts: &SendOptions<'_>,
+) -> Result<ureq::http::Response<ureq::Body>, SendError> {
+    let first_origin = origin(url);
     let mut current = url.to_owned();
     for _ in 0..=MAX_REDIRECTS {
         let mut req = agent.get(&current);
         if let Some(offset) = range_from {
             req = req.header("Range", format!("bytes={offset}-"));
+        }
+        if let Some(auth) = opts.auth.filter(|_| origin(&current) == first_origin) {
+            req = req.header("Authorization", auth);
         }
         let resp = req.call().map_err(SendError::Transport)?;
         if !matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308) {
@@ -155,13 +189,20 @@ pub fn send(
             return Ok(resp);
         };
         let next = join_url(&current, location);
-        check_redirect(&current, &next, allow_http).map_err(SendError::Refused)?;
+        let http_ok = opts.allow_http || opts.http_host.is_some_and(|h| host_port(&next) == h);
+        check_redirect(&current, &next, http_ok).map_err(SendError::Refused)?;
         current = next;
     }
     Err(SendError::Refused(PullError::TooManyRedirects {
         url: url.to_owned(),
         max: MAX_REDIRECTS,
     }))
+}
+
+/// `scheme://host:port` of a URL, lowercased, for "same origin" checks.
+fn origin(url: &str) -> String {
+    let scheme = url.split_once("://").map_or("https", |(s, _)| s).to_ascii_lowercase();
+    format!("{scheme}://{}", host_port(url).to_ascii_lowercase())
 }
 
 fn check_redirect(from: &str, to: &str, allow_http: bool) -> Result<(), PullError> {
@@ -177,7 +218,7 @@ fn check_redirect(from: &str, to: &str, allow_http: bool) -> Result<(), PullErro
 }
 
 /// `location` resolved against `base` (RFC 3986 references, the forms servers send).
-fn join_url(base: &str, location: &str) -> String {
+pub(crate) fn join_url(base: &str, location: &str) -> String {
     if location.contains("://") || location.split(['/', '?', '#']).next().is_some_and(|s| s.contains(':')) {
         return location.to_owned();
     }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod http;
 pub mod import;
 mod lock;
+pub mod oci;
 pub mod pull;
 pub mod record;
 pub mod reference;

@@ -25,7 +25,7 @@ pub enum PullSource {
     Catalog(ImageRef),
     /// Any https URL of a disk image.
     Url(String),
-    /// An OCI registry reference: parsed, but [`pull`] refuses it (not supported yet).
+    /// An OCI registry reference: pulled by [`crate::oci::pull`], not by [`pull`].
     Oci(OciRef),
 }
 
@@ -128,6 +128,13 @@ pub enum PullEvent {
     Verified {
         checksum: String,
     },
+    /// A line worth showing (a registry reference resolved, a blob skipped).
+    Note(String),
+    /// An upload starts at `offset` (push); `Progress` follows.
+    Upload {
+        offset: u64,
+        total: Option<u64>,
+    },
 }
 
 impl From<DownloadEvent> for PullEvent {
@@ -159,6 +166,7 @@ struct Plan {
 /// is downloaded (when the checksum is known up front) unless `req.force`.
 pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(PullEvent)) -> Result<Added, PullError> {
     if let PullSource::Oci(r) = &req.source {
+        // OCI references have their own pull (`oci::pull`), with registry auth and manifests.
         return Err(PullError::OciUnsupported(r.to_string()));
     }
     let agent = http::agent(&req.tls, req.allow_http)?;
@@ -205,6 +213,9 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         verify_with: plan.expected.as_ref().map(|c| c.algorithm),
         retries: req.retries,
         allow_http: req.allow_http,
+        http_host: None,
+        auth: None,
+        expected_size: plan.expected_size,
     };
     let (digests, size) = fetch(&f, &part, &mut |e| progress(e.into()))?;
     let fail = |e: PullError| {
@@ -267,6 +278,8 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
             checksum: plan.expected.as_ref().map(ToString::to_string),
             serial: plan.serial,
             recipe: None,
+            manifest: None,
+            origin: None,
         },
         verified: plan.expected.is_some(),
         created: now(),
@@ -505,7 +518,7 @@ mod tests {
     }
 
     #[test]
-    fn pull_oci_source_is_unsupported_without_network() {
+    fn pull_oci_source_points_at_registry_pull_without_network() {
         let dir = tempfile::tempdir().unwrap();
         let store = ImageStore::open(dir.path()).unwrap();
         let req = PullRequest::new(PullSource::parse("localhost:5000/repo:1").unwrap());
@@ -513,7 +526,7 @@ mod tests {
         let err = pull(&store, &req, &mut |_| {}).unwrap_err();
 
         assert!(matches!(err, PullError::OciUnsupported(_)), "{err:?}");
-        assert!(err.to_string().contains("not supported yet"), "{err}");
+        assert!(err.to_string().contains("registry client"), "{err}");
     }
 
     #[test]

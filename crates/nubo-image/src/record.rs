@@ -27,6 +27,8 @@ pub enum SourceKind {
     Bootstrap,
     Pull,
     Import,
+    /// Pulled from an OCI registry (`url` is the reference as pulled, `manifest` its digest).
+    Oci,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +46,13 @@ pub struct ImageSource {
     /// For bootstraps: the key of the recipe (packages, mirror, suite, size) that built it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<String>,
+    /// For OCI pulls: the manifest digest the reference resolved to when pulled, so a tag
+    /// that moves later shows (`nubo image ls-remote` prints where it points now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
+    /// For OCI pulls: how the image was made before it was pushed (its annotations' provenance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<Box<ImageSource>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

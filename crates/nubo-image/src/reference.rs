@@ -3,7 +3,7 @@
 //! - [`ImageRef`]: `name:tag` (e.g. `debian:12`, `myimage:v1`), with the distro aliases users
 //!   type. Catalog images and everything in the local store are named this way.
 //! - [`OciRef`]: an OCI distribution-spec reference (`registry.example:5000/team/repo:tag`,
-//!   `registry/repo@sha256:<hex>`). nubo parses these but cannot pull them yet.
+//!   `registry/repo@sha256:<hex>`), pulled and pushed by [`crate::oci`].
 //! - [`AnyRef`]: what the user typed, told apart: a `/` or `@` makes it an OCI reference,
 //!   anything else keeps its local/catalog meaning.
 //!
@@ -40,7 +40,7 @@ pub enum RefError {
     },
     #[error("`{reference}` is not a valid registry reference ({why}): write e.g. `registry.example:5000/team/repo:tag` or `registry.example/repo@sha256:<64 hex digits>`")]
     BadOci { reference: String, why: &'static str },
-    #[error("`{0}` is an OCI registry reference: pulling from OCI registries is not supported yet; pull a catalog image (`nubo image pull debian:12`) or an https URL, or `nubo image import` a local file")]
+    #[error("`{0}` is an OCI registry reference, not a local image name: `nubo image pull` it, then use the local name it prints (`nubo image ls`)")]
     Oci(String),
 }
 
@@ -382,11 +382,11 @@ mod tests {
     }
 
     #[test]
-    fn parse_oci_ref_is_unsupported_not_bad_char() {
+    fn parse_oci_ref_in_local_context_says_pull_not_bad_char() {
         let err = ImageRef::parse("registry.example:5000/team/repo:tag").unwrap_err();
 
         assert!(matches!(err, RefError::Oci(_)), "{err:?}");
-        assert!(err.to_string().contains("not supported yet"), "{err}");
+        assert!(err.to_string().contains("nubo image pull"), "{err}");
         assert_eq!(err.kind(), nubo_core::ErrorKind::Unsupported);
     }
 

@@ -592,6 +592,8 @@ mod tests {
                 checksum: None,
                 serial: None,
                 recipe: None,
+                manifest: None,
+                origin: None,
             },
             verified: true,
             created: "2026-12-01T00:00:00Z".into(),

@@ -288,7 +288,7 @@ fn pull_interrupted_with_bytes_kept_says_how_many() {
 }
 
 #[test]
-fn pull_oci_reference_is_unsupported() {
+fn pull_oci_reference_is_left_to_the_registry_pull() {
     let dir = tempfile::tempdir().unwrap();
     let store = ImageStore::open(dir.path()).unwrap();
     let req = PullRequest::new(PullSource::parse(&format!("registry.example/repo@sha256:{}", "b".repeat(64))).unwrap());

@@ -12,6 +12,7 @@ pub mod fixture;
 pub mod prereq;
 pub mod process;
 pub mod pvh;
+pub mod registry;
 
 pub use fixture::{nubo_bin, DebianImage, TestRoot};
 pub use process::{run_with_timeout, wait_for_line, Guard};

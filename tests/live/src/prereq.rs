@@ -51,6 +51,12 @@ fn probe(name: &str) -> Result<(), String> {
         "ch-snapshot" => probe("cloud-hypervisor").and_then(|()| not_pvm("Cloud Hypervisor's vm.snapshot fails on it (\"Could not get vCPU state GetNestedState(Invalid argument)\"): kvm_pvm does not implement KVM_GET_NESTED_STATE")),
         // A stock distro kernel (cloud-init's guest) hangs under PVM.
         "ch-kvm" => probe("cloud-hypervisor").and_then(|()| not_pvm("stock distro kernels hang under PVM, so a cloud-init guest cannot boot on Cloud Hypervisor here")),
+        // The OCI registry tests: a real registry (distribution 2.8) the test starts itself, its
+        // htpasswd file made with apache2-utils' bcrypt, and a peer client.
+        "docker-registry" => {
+            tool("docker-registry", "docker-registry").and_then(|()| tool("htpasswd", "apache2-utils"))
+        }
+        "skopeo" => tool("skopeo", "skopeo"),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }

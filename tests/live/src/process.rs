@@ -24,6 +24,11 @@ impl Guard {
         })
     }
 
+    /// The child's stdin pipe (when spawned with `Stdio::piped()`); dropping it closes it.
+    pub fn take_stdin(&mut self) -> Option<std::process::ChildStdin> {
+        self.child.stdin.take()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

@@ -8,8 +8,12 @@ use crate::cli::bootstrap::BootstrapArgs;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum ImageCmd {
-    /// Download and verify a distro cloud image or a URL
+    /// Download and verify a distro cloud image, a URL, or a VM image from an OCI registry
     Pull(PullArgs),
+    /// Push an image to an OCI registry; prints the digest to pin
+    Push(PushArgs),
+    /// List a registry repository's tags and what each is
+    LsRemote(LsRemoteArgs),
     /// Build a cloud image from a distribution's packages (offline-friendly)
     Bootstrap(BootstrapArgs),
     /// List images in the store
@@ -34,11 +38,13 @@ pub enum ImageCmd {
     after_help = "Catalog: ubuntu:24.04 (noble), ubuntu:22.04 (jammy), debian:12 (bookworm), debian:13 (trixie), rocky:9, rocky:10.\n\
 Mirrors: --mirror URL, or NUBO_MIRROR_UBUNTU / NUBO_MIRROR_DEBIAN / NUBO_MIRROR_ROCKY, each a base URL laid out like the distro's own.\n\
 Trust: the system CA store (or SSL_CERT_FILE instead of it) plus every --ca-cert.\n\
-Examples:\n  nubo image pull debian:12\n  nubo image pull https://example.org/disk.qcow2 --checksum sha256:<hex> --name disk:1"
+Registries: a reference with a registry host (`registry.example:5000/team/vm:1`, `...@sha256:<hex>`) is pulled from that OCI registry, every blob checked against the manifest's digest and size; credentials from `nubo registry login`, $REGISTRY_AUTH_FILE or ~/.docker/config.json.\n\
+Examples:\n  nubo image pull debian:12\n  nubo image pull https://example.org/disk.qcow2 --checksum sha256:<hex> --name disk:1\n  nubo image pull registry.example:5000/team/debian:12 --name debian:team"
 )]
 pub struct PullArgs {
-    /// A catalog reference (`debian:12`, `ubuntu:noble`, `rocky:9`) or an https URL
-    #[arg(value_name = "REF|URL")]
+    /// A catalog reference (`debian:12`, `ubuntu:noble`, `rocky:9`), an https URL, or a
+    /// registry reference (`REGISTRY/REPO[:TAG|@sha256:DIGEST]`)
+    #[arg(value_name = "REF|URL|REGISTRY/REPO")]
     pub source: String,
     /// Re-point the tag if it already names another image (the old one stays until `nubo image prune`)
     #[arg(long)]
@@ -61,6 +67,43 @@ pub struct PullArgs {
     /// Accept a URL that has no checksum anywhere (only TLS vouches for it; recorded as unverified)
     #[arg(long)]
     pub insecure_no_checksum: bool,
+    /// Talk plain http to this reference's registry (and to no other host)
+    #[arg(long)]
+    pub insecure_registry: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The image goes up as an OCI artifact (artifactType application/vnd.nubo.vm.v1): the disk as one layer, the kernel and initrd as further layers when recorded, the metadata in annotations. Blobs the registry already has are not uploaded.\n\
+Example:\n  nubo image push debian:12 registry.example:5000/team/debian:12"
+)]
+pub struct PushArgs {
+    /// The image in the store (`name:tag`)
+    pub image: String,
+    /// Where to push it: `REGISTRY/REPO[:TAG]` (the tag defaults to the image's)
+    #[arg(value_name = "REGISTRY/REPO[:TAG]")]
+    pub target: String,
+    /// Also trust this PEM CA bundle (repeatable)
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+    /// Talk plain http to this registry (and to no other host)
+    #[arg(long)]
+    pub insecure_registry: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LsRemoteArgs {
+    /// `REGISTRY/REPO`
+    #[arg(value_name = "REGISTRY/REPO")]
+    pub repository: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: crate::output::Format,
+    /// Also trust this PEM CA bundle (repeatable)
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+    /// Talk plain http to this registry (and to no other host)
+    #[arg(long)]
+    pub insecure_registry: bool,
 }
 
 #[derive(Debug, clap::Args)]

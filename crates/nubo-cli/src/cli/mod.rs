@@ -2,6 +2,7 @@
 
 pub mod bootstrap;
 pub mod image;
+pub mod registry;
 pub mod seed;
 pub mod vm;
 
@@ -24,6 +25,9 @@ pub enum Command {
     /// Verified local image store: pull, bootstrap, import, convert, inspect, remove
     #[command(subcommand)]
     Image(image::ImageCmd),
+    /// Log in to or out of an OCI registry (credentials for image push/pull)
+    #[command(subcommand)]
+    Registry(registry::RegistryCmd),
     /// Build or inspect a NoCloud seed (a drop-in for cloud-localds)
     #[command(subcommand)]
     Seed(seed::SeedCmd),

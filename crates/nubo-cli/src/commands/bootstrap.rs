@@ -83,6 +83,8 @@ pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
             checksum: None,
             serial: None,
             recipe: Some(recipe.key()),
+            manifest: None,
+            origin: None,
         },
         verified: true,
         created: rfc3339(SystemTime::now()),

@@ -15,10 +15,15 @@ use crate::output::{print_json, print_table, Format as OutputFormat};
 use crate::settings::Settings;
 
 mod progress;
+mod registry;
+
+pub(crate) use registry::pull_oci;
 
 pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
     match cmd {
         ImageCmd::Pull(a) => pull(&a, settings),
+        ImageCmd::Push(a) => registry::push(&a, settings),
+        ImageCmd::LsRemote(a) => registry::ls_remote(&a, settings),
         ImageCmd::Bootstrap(_) => unreachable!("dispatched to commands::bootstrap"),
         ImageCmd::Ls(a) => ls(a.output, settings),
         ImageCmd::Inspect(a) => {
@@ -43,6 +48,9 @@ fn parse_ref(s: &str) -> anyhow::Result<ImageRef> {
 
 fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
     let source = PullSource::parse(&a.source)?;
+    if let PullSource::Oci(r) = &source {
+        return registry::pull(a, r, settings);
+    }
     let mut req = pull_request(source, settings);
     req.name = a.name.as_deref().map(parse_ref).transpose()?;
     req.checksum = a
@@ -71,7 +79,7 @@ fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
 
 /// Says on stderr what tagging did when it was not a new tag: what a forced command replaced,
 /// or that the tag already held these bytes.
-fn report_change(added: &Added) {
+pub(crate) fn report_change(added: &Added) {
     let r = &added.record.reference;
     match &added.change {
         TagChange::Created => {}
@@ -131,7 +139,7 @@ pub(crate) fn pull_catalog(r: &ImageRef, settings: &Settings) -> anyhow::Result<
 }
 
 /// Binary multiples, one decimal, as `ls -h` and qemu-img print them.
-fn human(bytes: u64) -> String {
+pub(crate) fn human(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
     let mut v = bytes as f64;
     let mut i = 0;
@@ -151,6 +159,7 @@ fn source_label(r: &ImageRecord) -> String {
         nubo_image::SourceKind::Pull => "pull",
         nubo_image::SourceKind::Import => "import",
         nubo_image::SourceKind::Bootstrap => "bootstrap",
+        nubo_image::SourceKind::Oci => "oci",
     };
     match &r.source.serial {
         Some(s) => format!("{kind} {s}"),
@@ -283,6 +292,8 @@ fn placeholder_record() -> ImageRecord {
             checksum: None,
             serial: None,
             recipe: None,
+            manifest: None,
+            origin: None,
         },
         verified: false,
         created: String::new(),

@@ -4,6 +4,7 @@ mod bootstrap;
 mod completions;
 mod doctor;
 pub(crate) mod image;
+pub(crate) mod registry;
 mod seed;
 mod vm;
 
@@ -15,6 +16,7 @@ pub fn run(cli: Cli, settings: &Settings) -> anyhow::Result<()> {
     match cli.command {
         Command::Image(ImageCmd::Bootstrap(a)) => bootstrap::run(&a, settings),
         Command::Image(cmd) => image::run(cmd, settings),
+        Command::Registry(cmd) => registry::run(cmd, settings),
         Command::Seed(cmd) => seed::run(cmd, settings),
         Command::Vm(cmd) => vm::run(cmd, settings),
         Command::Doctor(a) => doctor::run(&a, settings),

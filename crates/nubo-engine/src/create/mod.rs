@@ -79,10 +79,8 @@ impl Engine {
                 let r = match nubo_image::AnyRef::parse(reference) {
                     Ok(nubo_image::AnyRef::Local(r)) => r,
                     Ok(nubo_image::AnyRef::Oci(o)) => {
-                        return Err(EngineError::Unavailable {
-                            what: format!("booting the OCI image `{o}`"),
-                            fix: "pulling from OCI registries is not supported yet: import the image with `nubo image import` and use its local name".into(),
-                        })
+                        events(Event::Step(format!("resolving `{o}` from its registry")));
+                        return self.gather_with(spec, Some(fetch(&Fetch::Oci(o), events)?));
                     }
                     Err(e) => return Err(EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string())),
                 };
@@ -112,6 +110,11 @@ impl Engine {
             )?),
             DiskSource::Disk { .. } => None,
         };
+        self.gather_with(spec, image)
+    }
+
+    /// The rest of [`gather`](Self::gather), once the image (if any) is known.
+    fn gather_with(&self, spec: &VmSpec, image: Option<nubo_image::ImageRecord>) -> Result<Facts, EngineError> {
         let base = match (&image, &spec.source) {
             (Some(rec), _) => Base {
                 path: rec.path.clone(),

@@ -53,7 +53,8 @@ impl Reporter {
                 lock.display()
             )),
             PullEvent::AlreadyPresent { digest } => self.say(&format!("already in the store as {digest}")),
-            PullEvent::Download { offset, total } => self.start(offset, total),
+            PullEvent::Download { offset, total } | PullEvent::Upload { offset, total } => self.start(offset, total),
+            PullEvent::Note(line) => self.say(&line),
             PullEvent::Progress { done, total } => self.progress(done, total),
             PullEvent::Retry { attempt, offset, error } => self.say(&format!(
                 "transfer failed at byte {offset} ({error}); retrying (attempt {attempt})"
@@ -93,6 +94,10 @@ impl Reporter {
             self.bar = Some(bar);
         }
         if let Some(b) = &self.bar {
+            // A registry transfer has several blobs: each gets the bar from its own start.
+            if let Some(t) = total {
+                b.set_length(t);
+            }
             b.set_position(offset);
         }
     }
@@ -109,10 +114,10 @@ impl Reporter {
         let rate = done as f64 / self.started.elapsed().as_secs_f64().max(0.001) / f64::from(1 << 20);
         match total {
             Some(t) if t > 0 => self.say(&format!(
-                "downloaded {}% ({done}/{t} bytes, {rate:.1} MiB/s)",
+                "transferred {}% ({done}/{t} bytes, {rate:.1} MiB/s)",
                 done * 100 / t
             )),
-            _ => self.say(&format!("downloaded {done} bytes ({rate:.1} MiB/s)")),
+            _ => self.say(&format!("transferred {done} bytes ({rate:.1} MiB/s)")),
         }
     }
 

@@ -62,6 +62,7 @@ impl nubo_engine::ImageFetcher for Fetcher {
         let t0 = std::time::Instant::now();
         let (label, result) = match what {
             nubo_engine::Fetch::Catalog(r) => (format!("`{r}`"), super::image::pull_catalog(r, &self.settings)),
+            nubo_engine::Fetch::Oci(r) => (format!("`{r}`"), super::image::pull_oci(r, &self.settings)),
             nubo_engine::Fetch::Url {
                 url,
                 checksum,

@@ -1,0 +1,158 @@
+//! `nubo registry login | logout`, and the registry settings every OCI command shares:
+//! credentials (nubo's own file, then $REGISTRY_AUTH_FILE, then docker's), TLS trust, and plain
+//! http for the one registry given `--insecure-registry`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use nubo_image::oci::{AuthFile, Client, ClientSettings, Credentials};
+use nubo_image::TlsSettings;
+
+use crate::cli::registry::{LoginArgs, LogoutArgs, RegistryCmd};
+use crate::settings::Settings;
+
+pub fn run(cmd: RegistryCmd, settings: &Settings) -> anyhow::Result<()> {
+    match cmd {
+        RegistryCmd::Login(a) => login(&a, settings),
+        RegistryCmd::Logout(a) => logout(&a, settings),
+    }
+}
+
+/// The credentials for `registry`: the first of nubo's file, $REGISTRY_AUTH_FILE, docker's
+/// config that has an entry.
+pub fn credentials(registry: &str, settings: &Settings) -> anyhow::Result<Option<Credentials>> {
+    let files = std::iter::once(&settings.auth_file).chain(&settings.foreign_auth_files);
+    for path in files {
+        if let Some(c) = AuthFile::load(path)?.get(registry, path)? {
+            return Ok(Some(c));
+        }
+    }
+    Ok(None)
+}
+
+pub fn client_settings(
+    registry: &str,
+    ca_cert: &[PathBuf],
+    insecure: bool,
+    settings: &Settings,
+) -> anyhow::Result<ClientSettings> {
+    Ok(ClientSettings {
+        tls: TlsSettings {
+            ca_bundle: settings.ssl_cert_file.clone(),
+            extra_ca: ca_cert.to_vec(),
+        },
+        insecure,
+        credentials: credentials(registry, settings)?,
+        retries: 5,
+    })
+}
+
+/// `host[:port]`, checked the way a reference's registry part is.
+fn registry_name(s: &str) -> anyhow::Result<String> {
+    let s = s.trim_end_matches('/');
+    let s = s.strip_prefix("https://").unwrap_or(s);
+    match nubo_image::OciRef::parse(&format!("{s}/x")) {
+        Ok(r) if r.registry.as_deref() == Some(s) => Ok(s.to_owned()),
+        _ => bail!("`{s}` is not a registry host: write `host[:port]`, e.g. `registry.example:5000`"),
+    }
+}
+
+fn login(a: &LoginArgs, settings: &Settings) -> anyhow::Result<()> {
+    let registry = registry_name(&a.registry)?;
+    let username = match &a.username {
+        Some(u) => u.clone(),
+        None if settings.stdin_tty && !a.password_stdin => prompt("username: ")?,
+        None => bail!("no username: pass -u USER"),
+    };
+    let password = if a.password_stdin {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .context("reading the password from stdin")?;
+        line.trim_end_matches(['\n', '\r']).to_owned()
+    } else if settings.stdin_tty {
+        read_hidden("password: ")?
+    } else {
+        bail!("no password: pass --password-stdin and write it to stdin")
+    };
+    if username.is_empty() || password.is_empty() || username.contains(':') {
+        bail!("the username must be non-empty without `:`, and the password non-empty");
+    }
+    let creds = Credentials { username, password };
+    let mut cs = client_settings(&registry, &a.ca_cert, a.insecure_registry, settings)?;
+    cs.credentials = Some(creds.clone());
+    Client::new(&registry, &cs)?
+        .ping()
+        .with_context(|| format!("logging in to {registry}"))?;
+    let mut file = AuthFile::load(&settings.auth_file)?;
+    file.set(&registry, &creds);
+    file.save(&settings.auth_file)?;
+    println!(
+        "logged in to {registry} as {}; credentials in {}",
+        creds.username,
+        settings.auth_file.display()
+    );
+    Ok(())
+}
+
+fn logout(a: &LogoutArgs, settings: &Settings) -> anyhow::Result<()> {
+    let registry = registry_name(&a.registry)?;
+    let mut file = AuthFile::load(&settings.auth_file)?;
+    if file.remove(&registry) {
+        file.save(&settings.auth_file)?;
+        println!("logged out of {registry}");
+    } else {
+        println!(
+            "not logged in to {registry} (nothing in {})",
+            settings.auth_file.display()
+        );
+    }
+    let elsewhere: Vec<_> = settings
+        .foreign_auth_files
+        .iter()
+        .filter(|p| {
+            AuthFile::load(p)
+                .ok()
+                .and_then(|f| f.get(&registry, p).ok().flatten())
+                .is_some()
+        })
+        .collect();
+    for p in elsewhere {
+        eprintln!(
+            "note: {} still holds credentials for {registry}, which nubo reads but never changes",
+            p.display()
+        );
+    }
+    Ok(())
+}
+
+fn prompt(label: &str) -> anyhow::Result<String> {
+    eprint!("{label}");
+    std::io::stderr().flush().ok();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim().to_owned())
+}
+
+/// Reads a line from the terminal with echo off (restored even on error).
+fn read_hidden(label: &str) -> anyhow::Result<String> {
+    use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        bail!("no terminal to ask the password on: pass --password-stdin");
+    }
+    let saved = tcgetattr(&stdin).context("reading terminal settings")?;
+    let mut quiet = saved.clone();
+    quiet.local_flags.remove(LocalFlags::ECHO);
+    tcsetattr(&stdin, SetArg::TCSANOW, &quiet).context("turning echo off")?;
+    eprint!("{label}");
+    std::io::stderr().flush().ok();
+    let mut line = String::new();
+    let r = stdin.lock().read_line(&mut line);
+    let _ = tcsetattr(&stdin, SetArg::TCSANOW, &saved);
+    eprintln!();
+    r.context("reading the password")?;
+    Ok(line.trim_end_matches(['\n', '\r']).to_owned())
+}

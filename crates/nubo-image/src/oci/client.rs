@@ -1,0 +1,567 @@
+//! A small OCI distribution client over the tree's one HTTP stack (ureq on rustls with ring):
+//! manifests, blobs (HEAD, resumable verified GET, chunked upload), tag lists, and the
+//! anonymous / Basic / Bearer-token auth flows. Plain http only to the one registry given
+//! `insecure`, never to a redirect or token service elsewhere.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Mutex;
+
+use ureq::http::{Method, Request, Response};
+use ureq::{Body, SendBody};
+
+use super::auth::{Challenge, Credentials};
+use super::error::OciError;
+use super::manifest::{ACCEPT, MANIFEST_V1, MAX_MANIFEST};
+use crate::digest::Digests;
+use crate::download::{fetch, DownloadEvent, Fetch};
+use crate::http::{self, TlsSettings};
+
+/// Upload chunk: large blobs go up in PATCHes of this size (the distribution spec's chunked
+/// upload), so a proxy's body limit is never hit and progress is per chunk.
+pub const CHUNK: u64 = 64 << 20;
+
+/// A registry's error body or token answer is small; more is not read.
+const SMALL: u64 = 64 << 10;
+
+/// Most tags one `ls-remote` lists (pages of 1000, bounded).
+const MAX_TAGS: usize = 10_000;
+
+#[derive(Debug, Clone, Default)]
+pub struct ClientSettings {
+    pub tls: TlsSettings,
+    /// Plain http to this registry (and only to it).
+    pub insecure: bool,
+    pub credentials: Option<Credentials>,
+    /// Reconnections per blob after a transient failure.
+    pub retries: u32,
+}
+
+pub struct Client {
+    agent: ureq::Agent,
+    /// `host[:port]` as the user wrote it.
+    pub registry: String,
+    base: String,
+    /// `host:port` that may be spoken to in plain http (insecure registries only).
+    http_host: Option<String>,
+    credentials: Option<Credentials>,
+    /// The `Authorization` value that worked last (Basic, or a Bearer token).
+    auth: Mutex<Option<String>>,
+    retries: u32,
+}
+
+/// A request body that can be sent again after a 401 (bytes), or not (a stream, sent only
+/// once authentication is settled).
+pub enum Payload<'a> {
+    Empty,
+    Bytes(&'a [u8]),
+    Stream(&'a mut dyn Read, u64),
+}
+
+impl Client {
+    pub fn new(registry: &str, s: &ClientSettings) -> Result<Client, OciError> {
+        let agent = http::agent(&s.tls, s.insecure).map_err(|e| OciError::Setup(Box::new(e)))?;
+        let scheme = if s.insecure { "http" } else { "https" };
+        let base = format!("{scheme}://{registry}");
+        Ok(Client {
+            agent,
+            registry: registry.to_owned(),
+            http_host: s.insecure.then(|| http::host_port(&base)),
+            base,
+            credentials: s.credentials.clone(),
+            auth: Mutex::new(None),
+            retries: s.retries,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn current_auth(&self) -> Option<String> {
+        self.auth.lock().map(|a| a.clone()).unwrap_or(None)
+    }
+
+    fn transport(&self, url: &str, e: ureq::Error) -> OciError {
+        let registry = self.registry.clone();
+        if crate::error::is_connect(&e) {
+            OciError::Unreachable { registry, source: e }
+        } else if matches!(e, ureq::Error::HostNotFound) || e.to_string().contains("failed to lookup address") {
+            OciError::Dns { registry, source: e }
+        } else if crate::error::is_tls(&e) {
+            OciError::Untrusted { registry, source: e }
+        } else {
+            OciError::Transport {
+                registry,
+                url: url.to_owned(),
+                source: e,
+            }
+        }
+    }
+
+    fn once(
+        &self,
+        method: &Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &mut Payload<'_>,
+    ) -> Result<Response<Body>, OciError> {
+        let mut b = Request::builder().method(method.clone()).uri(url);
+        for (k, v) in headers {
+            b = b.header(*k, *v);
+        }
+        if let Some(a) = self.current_auth() {
+            b = b.header("Authorization", a);
+        }
+        let bad = |e: ureq::http::Error| OciError::Transport {
+            registry: self.registry.clone(),
+            url: url.to_owned(),
+            source: ureq::Error::Http(e),
+        };
+        let r = match body {
+            Payload::Empty => self.agent.run(b.body(()).map_err(bad)?),
+            Payload::Bytes(bytes) => self.agent.run(
+                b.header("Content-Length", bytes.len().to_string())
+                    .body(*bytes)
+                    .map_err(bad)?,
+            ),
+            Payload::Stream(reader, len) => self.agent.run(
+                b.header("Content-Length", len.to_string())
+                    .body(SendBody::from_reader(&mut *reader))
+                    .map_err(bad)?,
+            ),
+        };
+        r.map_err(|e| self.transport(url, e))
+    }
+
+    /// Sends a request; on a 401 with a challenge it authenticates (Basic with the stored
+    /// credentials, or a Bearer token for the challenge's scope) and sends it once more.
+    pub fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        mut body: Payload<'_>,
+        what: &str,
+    ) -> Result<Response<Body>, OciError> {
+        let resp = self.once(&method, url, headers, &mut body)?;
+        if resp.status().as_u16() != 401 || matches!(body, Payload::Stream(..)) {
+            return self.checked(resp, what);
+        }
+        let challenge = resp
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok())
+            .and_then(Challenge::parse);
+        let Some(challenge) = challenge else {
+            return self.checked(resp, what);
+        };
+        let had = self.current_auth();
+        let header = match challenge {
+            Challenge::Basic => match &self.credentials {
+                Some(c) => c.basic_header(),
+                None => return Err(self.unauthorized(what)),
+            },
+            Challenge::Bearer { realm, service, scope } => self.token(&realm, service.as_deref(), scope.as_deref())?,
+        };
+        if had.as_deref() == Some(header.as_str()) {
+            // The same credentials were refused already.
+            return Err(self.unauthorized(what));
+        }
+        if let Ok(mut a) = self.auth.lock() {
+            *a = Some(header);
+        }
+        let resp = self.once(&method, url, headers, &mut body)?;
+        self.checked(resp, what)
+    }
+
+    fn unauthorized(&self, what: &str) -> OciError {
+        OciError::Unauthorized {
+            registry: self.registry.clone(),
+            what: what.to_owned(),
+        }
+    }
+
+    /// 2xx and 3xx pass; 401/403 are told apart; the rest carry the registry's own message.
+    fn checked(&self, resp: Response<Body>, what: &str) -> Result<Response<Body>, OciError> {
+        let status = resp.status().as_u16();
+        match status {
+            200..=399 | 404 | 416 => Ok(resp),
+            401 => Err(self.unauthorized(what)),
+            403 => Err(OciError::Forbidden {
+                registry: self.registry.clone(),
+                what: what.to_owned(),
+            }),
+            _ => Err(OciError::Status {
+                registry: self.registry.clone(),
+                what: what.to_owned(),
+                status,
+                detail: error_detail(resp),
+            }),
+        }
+    }
+
+    /// The Bearer token flow: GET realm?service=..&scope=.., with Basic credentials if any.
+    fn token(&self, realm: &str, service: Option<&str>, scope: Option<&str>) -> Result<String, OciError> {
+        let token_err = |why: String| OciError::Token {
+            registry: self.registry.clone(),
+            why,
+        };
+        let lower = realm.to_ascii_lowercase();
+        let plain_ok = self.http_host.as_deref().is_some_and(|h| http::host_port(realm) == h);
+        if !(lower.starts_with("https://") || (lower.starts_with("http://") && plain_ok)) {
+            return Err(token_err(format!(
+                "with realm `{}`, which is not https (credentials are never sent in plain http to another host)",
+                nubo_core::file::escape_control(realm)
+            )));
+        }
+        let mut url = realm.to_owned();
+        let mut sep = if url.contains('?') { '&' } else { '?' };
+        for (k, v) in [("service", service), ("scope", scope)] {
+            if let Some(v) = v {
+                url.push(sep);
+                url.push_str(k);
+                url.push('=');
+                url.push_str(&percent_encode(v));
+                sep = '&';
+            }
+        }
+        let mut req = self.agent.get(&url);
+        if let Some(c) = &self.credentials {
+            req = req.header("Authorization", c.basic_header());
+        }
+        let resp = req.call().map_err(|e| self.transport(&url, e))?;
+        match resp.status().as_u16() {
+            200 => {}
+            401 | 403 => return Err(self.unauthorized("a token")),
+            s => return Err(token_err(format!("HTTP {s}"))),
+        }
+        let mut text = String::new();
+        resp.into_body()
+            .into_reader()
+            .take(SMALL)
+            .read_to_string(&mut text)
+            .map_err(|e| token_err(e.to_string()))?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| token_err(format!("no JSON ({e})")))?;
+        let token = v
+            .get("token")
+            .or_else(|| v.get("access_token"))
+            .and_then(|t| t.as_str())
+            .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()))
+            .ok_or_else(|| token_err("without a usable token".into()))?;
+        Ok(format!("Bearer {token}"))
+    }
+
+    /// `GET /v2/`: whether the registry answers and accepts our credentials (login's check).
+    pub fn ping(&self) -> Result<(), OciError> {
+        let url = self.url("/v2/");
+        let resp = self.request(Method::GET, &url, &[], Payload::Empty, "the API check (/v2/)")?;
+        match resp.status().as_u16() {
+            200..=299 => Ok(()),
+            status => Err(OciError::Status {
+                registry: self.registry.clone(),
+                what: "the API check (/v2/)".into(),
+                status,
+                detail: Some("this is not an OCI registry (no /v2/ API)".into()),
+            }),
+        }
+    }
+
+    /// The manifest at `reference` (a tag or digest), bounded, and its sha256. `None` on 404.
+    pub fn manifest(&self, repository: &str, reference: &str, shown: &str) -> Result<Option<Vec<u8>>, OciError> {
+        let url = self.url(&format!("/v2/{repository}/manifests/{reference}"));
+        let what = format!("reading manifest {repository}:{reference}");
+        let resp = self.request(Method::GET, &url, &[("Accept", ACCEPT)], Payload::Empty, &what)?;
+        if resp.status().as_u16() == 404 {
+            return Ok(None);
+        }
+        let len: Option<u64> = resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        if let Some(size) = len.filter(|l| *l > MAX_MANIFEST) {
+            return Err(OciError::ManifestTooBig {
+                reference: shown.to_owned(),
+                size,
+                max: MAX_MANIFEST,
+            });
+        }
+        let mut bytes = Vec::new();
+        resp.into_body()
+            .into_reader()
+            .take(MAX_MANIFEST + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.transport(&url, ureq::Error::Io(e)))?;
+        if bytes.len() as u64 > MAX_MANIFEST {
+            return Err(OciError::ManifestTooBig {
+                reference: shown.to_owned(),
+                size: bytes.len() as u64,
+                max: MAX_MANIFEST,
+            });
+        }
+        Ok(Some(bytes))
+    }
+
+    /// `HEAD` a blob: whether the registry has it (push skips what is there).
+    pub fn has_blob(&self, repository: &str, digest: &str) -> Result<bool, OciError> {
+        let url = self.url(&format!("/v2/{repository}/blobs/{digest}"));
+        let resp = self.request(
+            Method::HEAD,
+            &url,
+            &[],
+            Payload::Empty,
+            &format!("checking blob {digest} in {repository}"),
+        )?;
+        Ok(matches!(resp.status().as_u16(), 200 | 307))
+    }
+
+    /// Downloads a blob into `part` (resuming what is there), hashing as it arrives and refusing
+    /// more than `size` bytes; the caller compares digest and size.
+    pub fn fetch_blob(
+        &self,
+        repository: &str,
+        digest: &str,
+        size: u64,
+        part: &Path,
+        progress: &mut dyn FnMut(DownloadEvent),
+    ) -> Result<(Digests, u64), crate::error::PullError> {
+        let url = self.url(&format!("/v2/{repository}/blobs/{digest}"));
+        let auth = self.current_auth();
+        let f = Fetch {
+            agent: &self.agent,
+            url: &url,
+            verify_with: None,
+            retries: self.retries,
+            allow_http: false,
+            http_host: self.http_host.as_deref(),
+            auth: auth.as_deref(),
+            expected_size: Some(size),
+        };
+        fetch(&f, part, progress)
+    }
+
+    /// Uploads `reader`'s `size` bytes as blob `digest`: POST to open an upload session, PATCH
+    /// in [`CHUNK`]s, PUT with the digest to close it (the registry checks the digest).
+    /// `check` runs before the closing PUT and may refuse (the caller's own hash of what it
+    /// sent).
+    pub fn upload_blob(
+        &self,
+        repository: &str,
+        digest: &str,
+        size: u64,
+        reader: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+        check: &mut dyn FnMut() -> Result<(), OciError>,
+    ) -> Result<(), OciError> {
+        let what = format!("uploading blob {digest} to {repository}");
+        let start = self.url(&format!("/v2/{repository}/blobs/uploads/"));
+        let resp = self.request(Method::POST, &start, &[], Payload::Empty, &what)?;
+        let mut location = self.location(&start, &resp, &what)?;
+        let mut sent = 0u64;
+        while sent < size {
+            let n = CHUNK.min(size - sent);
+            let range = format!("{sent}-{}", sent + n - 1);
+            let mut chunk = (&mut *reader).take(n);
+            let resp = self.request(
+                Method::PATCH,
+                &location,
+                &[("Content-Type", "application/octet-stream"), ("Content-Range", &range)],
+                Payload::Stream(&mut chunk, n),
+                &what,
+            )?;
+            if resp.status().as_u16() != 202 {
+                return Err(self.status(resp, &what));
+            }
+            location = self.location(&location, &resp, &what)?;
+            sent += n;
+            progress(sent);
+        }
+        check()?;
+        let sep = if location.contains('?') { '&' } else { '?' };
+        let done = format!("{location}{sep}digest={}", percent_encode(digest));
+        let resp = self.request(Method::PUT, &done, &[], Payload::Bytes(&[]), &what)?;
+        if resp.status().as_u16() != 201 {
+            return Err(self.status(resp, &what));
+        }
+        Ok(())
+    }
+
+    /// Uploads a small blob in one request.
+    pub fn upload_bytes(&self, repository: &str, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
+        let mut r = bytes;
+        self.upload_blob(repository, digest, bytes.len() as u64, &mut r, &mut |_| {}, &mut || {
+            Ok(())
+        })
+    }
+
+    /// `PUT` the manifest under `tag`; returns the digest the registry reports (or ours).
+    pub fn put_manifest(&self, repository: &str, tag: &str, bytes: &[u8]) -> Result<Option<String>, OciError> {
+        let url = self.url(&format!("/v2/{repository}/manifests/{tag}"));
+        let what = format!("pushing manifest {repository}:{tag}");
+        let resp = self.request(
+            Method::PUT,
+            &url,
+            &[("Content-Type", MANIFEST_V1)],
+            Payload::Bytes(bytes),
+            &what,
+        )?;
+        if resp.status().as_u16() != 201 {
+            return Err(self.status(resp, &what));
+        }
+        Ok(resp
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned))
+    }
+
+    /// Every tag of `repository`, following `Link` pagination (bounded).
+    pub fn tags(&self, repository: &str, shown: &str) -> Result<Vec<String>, OciError> {
+        let mut url = self.url(&format!("/v2/{repository}/tags/list?n=1000"));
+        let mut out = Vec::new();
+        loop {
+            let what = format!("listing tags of {repository}");
+            let resp = self.request(Method::GET, &url, &[], Payload::Empty, &what)?;
+            if resp.status().as_u16() == 404 {
+                return Err(OciError::NotFound {
+                    reference: shown.to_owned(),
+                    registry: self.registry.clone(),
+                    repository: repository.to_owned(),
+                    what: "tags (the repository does not exist)".into(),
+                });
+            }
+            let next = resp
+                .headers()
+                .get("link")
+                .and_then(|v| v.to_str().ok())
+                .and_then(link_next)
+                .map(|n| http::join_url(&url, &n));
+            let mut text = String::new();
+            resp.into_body()
+                .into_reader()
+                .take(MAX_MANIFEST)
+                .read_to_string(&mut text)
+                .map_err(|e| self.transport(&url, ureq::Error::Io(e)))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| OciError::Status {
+                registry: self.registry.clone(),
+                what,
+                status: 200,
+                detail: Some(format!("the tag list is not JSON ({e})")),
+            })?;
+            for t in v.get("tags").and_then(|t| t.as_array()).into_iter().flatten() {
+                if let Some(t) = t.as_str() {
+                    out.push(nubo_core::file::escape_control(t));
+                }
+            }
+            match next {
+                Some(n) if out.len() < MAX_TAGS && n.starts_with(&self.base) => url = n,
+                _ => break,
+            }
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    fn location(&self, base: &str, resp: &Response<Body>, what: &str) -> Result<String, OciError> {
+        let loc = resp
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| OciError::Status {
+                registry: self.registry.clone(),
+                what: what.to_owned(),
+                status: resp.status().as_u16(),
+                detail: Some("no Location for the upload session".into()),
+            })?;
+        let next = http::join_url(base, loc);
+        // An upload session elsewhere would get our credentials and the image: refused.
+        if !next.starts_with(&self.base) {
+            return Err(OciError::Status {
+                registry: self.registry.clone(),
+                what: what.to_owned(),
+                status: resp.status().as_u16(),
+                detail: Some(format!(
+                    "the upload session is on another host ({}), which nubo does not follow",
+                    nubo_core::file::escape_control(&next)
+                )),
+            });
+        }
+        Ok(next)
+    }
+
+    fn status(&self, resp: Response<Body>, what: &str) -> OciError {
+        OciError::Status {
+            registry: self.registry.clone(),
+            what: what.to_owned(),
+            status: resp.status().as_u16(),
+            detail: error_detail(resp),
+        }
+    }
+}
+
+/// The first `message` of a registry's `{"errors":[{"code","message"}]}` body.
+fn error_detail(resp: Response<Body>) -> Option<String> {
+    let mut text = String::new();
+    resp.into_body()
+        .into_reader()
+        .take(SMALL)
+        .read_to_string(&mut text)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let e = v.get("errors")?.as_array()?.first()?;
+    let code = e.get("code").and_then(|c| c.as_str()).unwrap_or("");
+    let msg = e.get("message").and_then(|c| c.as_str()).unwrap_or("");
+    Some(
+        nubo_core::file::escape_control(&format!("{code} {msg}").chars().take(300).collect::<String>())
+            .trim()
+            .to_owned(),
+    )
+}
+
+/// `<url>; rel="next"` from a `Link` header.
+fn link_next(link: &str) -> Option<String> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params
+            .contains("rel=\"next\"")
+            .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+    })
+}
+
+/// RFC 3986 unreserved characters pass; everything else is `%XX`.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_encode_scope_escapes_colon_and_slash() {
+        assert_eq!(percent_encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+    }
+
+    #[test]
+    fn link_next_reads_rel_next() {
+        assert_eq!(
+            link_next(r#"</v2/a/tags/list?last=x&n=2>; rel="next""#).as_deref(),
+            Some("/v2/a/tags/list?last=x&n=2")
+        );
+    }
+
+    #[test]
+    fn link_next_without_next_is_none() {
+        assert_eq!(link_next(r#"</x>; rel="prev""#), None);
+    }
+}

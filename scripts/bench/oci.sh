@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# OCI registry benchmarks, as ratios against skopeo measured in the same run, between the same
+# local registry (Debian's docker-registry on 127.0.0.1, TLS from a throwaway CA, htpasswd auth,
+# storage in a temp dir; started here and stopped by PID) and local storage:
+#   push: `nubo image push` of the bootstrapped debian:12 image vs `skopeo copy oci:DIR docker://`
+#   pull: `nubo image pull` into a fresh store (digest and size verified while streaming, strict
+#         inspector, fsync) vs `skopeo copy docker:// oci:DIR`
+# Before each push the registry's blob storage is emptied (and each run uses a new repository),
+# so neither client can skip a blob or mount it from another repository (skopeo remembers where
+# it saw a blob and asks the registry to mount it from there).
+# Needs docker-registry, apache2-utils (htpasswd), skopeo, and the live tests' cached image
+# (`cargo test -p nubo-live --test fixture` builds it). Run via scripts/bench.sh oci.
+set -euo pipefail
+NUBO_BIN=${NUBO_BIN:-target/release/nubo}
+RUNS=${NUBO_BENCH_RUNS:-3}
+for t in docker-registry htpasswd skopeo; do
+  command -v "$t" >/dev/null || { echo "skipped: $t not found (scripts/install-deps.sh installs it)"; exit 0; }
+done
+record=$(ls /var/tmp/nubo-live-cache/*/images/refs/debian/12.json 2>/dev/null | head -1 || true)
+[ -n "$record" ] || { echo "skipped: no cached debian:12 image (run the live tests once)"; exit 0; }
+cache_images=$(dirname "$(dirname "$(dirname "$record")")")
+
+work=$(mktemp -d /var/tmp/nubo-bench-oci.XXXXXX)
+registry_pid=
+cleanup() {
+  if [ -n "$registry_pid" ]; then kill "$registry_pid" 2>/dev/null || true; wait "$registry_pid" 2>/dev/null || true; fi
+  chmod -R u+w "$work" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+
+# The source store: the cached image's store, hard-linked (blobs are read-only) with its record
+# paths pointing here.
+mkdir -p "$work/src"
+cp -al "$cache_images" "$work/src/images"
+for f in "$work"/src/images/refs/*/*.json; do
+  rm -f "$f.new"; sed "s#$cache_images#$work/src/images#g" "$f" >"$f.new"; rm -f "$f"; mv "$f.new" "$f"
+done
+size=$(stat -c %s "$work"/src/images/blobs/*.qcow2 | head -1)
+mib=$(echo "$size / 1048576" | bc -l)
+
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
+  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
+  -keyout "$work/ca.key" -out "$work/ca.pem" >/dev/null 2>&1
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$work/key.pem" -out "$work/leaf.csr" >/dev/null 2>&1
+printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$work/leaf.ext"
+openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
+  -extfile "$work/leaf.ext" -out "$work/cert.pem" >/dev/null 2>&1
+mkdir -p "$work/certs" && cp "$work/ca.pem" "$work/certs/ca.crt"
+htpasswd -Bbn bench bench-password >"$work/htpasswd" 2>/dev/null
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+host="127.0.0.1:$port"
+cat >"$work/config.yml" <<YML
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/storage
+http:
+  addr: $host
+  tls:
+    certificate: $work/cert.pem
+    key: $work/key.pem
+auth:
+  htpasswd:
+    realm: nubo-bench
+    path: $work/htpasswd
+YML
+docker-registry serve "$work/config.yml" >"$work/registry.log" 2>&1 &
+registry_pid=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+
+export NUBO_ROOT="$work/src"
+printf 'bench-password\n' | "$NUBO_BIN" registry login "$host" -u bench --password-stdin --ca-cert "$work/ca.pem" >/dev/null
+creds=bench:bench-password
+"$NUBO_BIN" image push debian:12 "$host/bench/seed:1" --ca-cert "$work/ca.pem" >/dev/null 2>&1
+skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/certs" \
+  "docker://$host/bench/seed:1" "oci:$work/layout:1" >/dev/null
+
+n=0
+timed() { local t0 t1; t0=$(now); "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; "$@"; exit 1; }; t1=$(now); echo "$t1 - $t0" | bc -l; }
+min() { local b=; for v in "$@"; do if [ -z "$b" ] || [ "$(echo "$v < $b" | bc -l)" = 1 ]; then b=$v; fi; done; echo "$b"; }
+wipe() { rm -rf "$work/storage/docker/registry/v2/blobs" "$work/storage/docker/registry/v2/repositories"; }
+nubo_push() { wipe; n=$((n + 1)); "$NUBO_BIN" image push debian:12 "$host/bench/nubo-$1:1" --ca-cert "$work/ca.pem"; }
+skopeo_push() {
+  wipe
+  skopeo --insecure-policy copy -q --dest-creds "$creds" --dest-cert-dir "$work/certs" "oci:$work/layout:1" "docker://$host/bench/skopeo-$1:1"
+}
+nubo_pull() {
+  chmod -R u+w "$work/dst" 2>/dev/null || true; rm -rf "$work/dst"; mkdir -p "$work/dst"
+  cp "$work/src/auth.json" "$work/dst/auth.json"
+  NUBO_ROOT="$work/dst" "$NUBO_BIN" image pull "$host/bench/seed:1" --ca-cert "$work/ca.pem"
+}
+skopeo_pull() {
+  rm -rf "$work/pulled"
+  skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/certs" "docker://$host/bench/seed:1" "oci:$work/pulled:1"
+}
+pn=(); ps=(); ln=(); ls=()
+for i in $(seq "$RUNS"); do
+  pn+=("$(timed nubo_push "$i")"); ps+=("$(timed skopeo_push "$i")")
+done
+# The pulls read what the seed push put there.
+wipe
+"$NUBO_BIN" image push debian:12 "$host/bench/seed:1" --ca-cert "$work/ca.pem" >/dev/null 2>&1
+for _ in $(seq "$RUNS"); do
+  ln+=("$(timed nubo_pull)"); ls+=("$(timed skopeo_pull)")
+done
+t_pn=$(min "${pn[@]}"); t_ps=$(min "${ps[@]}"); t_ln=$(min "${ln[@]}"); t_ls=$(min "${ls[@]}")
+rate() { echo "scale=1; $mib / $1" | bc -l; }
+echo "-- push: $(printf %.0f "$mib") MiB image to $host (best of $RUNS, new repository each run)"
+printf "nubo image push       %8.3fs  %8s MiB/s\n" "$t_pn" "$(rate "$t_pn")"
+printf "skopeo copy oci: ->   %8.3fs  %8s MiB/s\n" "$t_ps" "$(rate "$t_ps")"
+printf "ratio nubo/skopeo (throughput): %.2fx\n" "$(echo "$t_ps / $t_pn" | bc -l)"
+echo "-- pull: into a fresh store / oci: directory (best of $RUNS)"
+printf "nubo image pull       %8.3fs  %8s MiB/s\n" "$t_ln" "$(rate "$t_ln")"
+printf "skopeo copy -> oci:   %8.3fs  %8s MiB/s\n" "$t_ls" "$(rate "$t_ls")"
+printf "ratio nubo/skopeo (throughput): %.2fx\n" "$(echo "$t_ls / $t_ln" | bc -l)"

@@ -1,0 +1,135 @@
+//! A real OCI registry for live tests: Debian's `docker-registry` (distribution 2.8) started
+//! by the test on 127.0.0.1 with a free port, TLS from a test CA (rcgen), htpasswd basic auth
+//! and storage in a temporary directory; killed by PID when dropped. Never its systemd unit.
+
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+
+use crate::process::{run_with_timeout, Guard};
+
+pub const USER: &str = "nubo";
+pub const PASSWORD: &str = "live-test-password";
+
+pub struct Registry {
+    /// `127.0.0.1:PORT`.
+    pub host: String,
+    /// The test CA (PEM), for `--ca-cert` / `SSL_CERT_FILE`.
+    pub ca: PathBuf,
+    /// A directory holding `ca.crt`, for skopeo's `--cert-dir`.
+    pub cert_dir: PathBuf,
+    /// The registry's storage root.
+    pub storage: PathBuf,
+    pub dir: tempfile::TempDir,
+    guard: Guard,
+}
+
+impl Registry {
+    pub fn start() -> Result<Registry, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("nubo-registry-")
+            .tempdir()
+            .map_err(|e| format!("cannot create the registry's directory: {e}"))?;
+        let d = dir.path();
+        let (ca_pem, cert_pem, key_pem) = certificates()?;
+        let write = |p: &Path, s: &str| fs::write(p, s).map_err(|e| format!("writing {}: {e}", p.display()));
+        let cert_dir = d.join("certs");
+        fs::create_dir(&cert_dir).map_err(|e| e.to_string())?;
+        write(&d.join("ca.pem"), &ca_pem)?;
+        write(&cert_dir.join("ca.crt"), &ca_pem)?;
+        write(&d.join("cert.pem"), &cert_pem)?;
+        write(&d.join("key.pem"), &key_pem)?;
+        let line = run_with_timeout(
+            Command::new("htpasswd").args(["-Bbn", USER, PASSWORD]),
+            Duration::from_secs(30),
+        )?;
+        write(&d.join("htpasswd"), line.trim())?;
+        let port = free_port()?;
+        let host = format!("127.0.0.1:{port}");
+        let storage = d.join("storage");
+        let config = format!(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {cert}\n    key: {key}\nauth:\n  htpasswd:\n    realm: nubo-live\n    path: {htpasswd}\n",
+            storage = storage.display(),
+            cert = d.join("cert.pem").display(),
+            key = d.join("key.pem").display(),
+            htpasswd = d.join("htpasswd").display(),
+        );
+        write(&d.join("config.yml"), &config)?;
+        let log = fs::File::create(d.join("registry.log")).map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let mut guard = Guard::spawn(
+            Command::new("docker-registry")
+                .arg("serve")
+                .arg(d.join("config.yml"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(log2)),
+            "docker-registry",
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(&host).is_err() {
+            if let Some(s) = guard.exited() {
+                let log = fs::read_to_string(d.join("registry.log")).unwrap_or_default();
+                return Err(format!("docker-registry exited with {s}:\n{log}"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("docker-registry did not listen on {host} within 30s"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(Registry {
+            host,
+            ca: d.join("ca.pem"),
+            cert_dir,
+            storage,
+            dir,
+            guard,
+        })
+    }
+
+    /// The file holding blob `digest` in the registry's storage (what a tamper test edits).
+    pub fn blob_file(&self, digest: &str) -> PathBuf {
+        let hex = digest.trim_start_matches("sha256:");
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+
+    /// The registry's own log so far (for failure messages).
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.guard.pid()
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+/// (CA, server certificate for 127.0.0.1 signed by it, server key), PEM.
+fn certificates() -> Result<(String, String, String), String> {
+    let e = |e: rcgen::Error| format!("making the test CA: {e}");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "nubo live registry CA");
+    let ca_key = KeyPair::generate().map_err(e)?;
+    let ca = ca_params.self_signed(&ca_key).map_err(e)?;
+    let key = KeyPair::generate().map_err(e)?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .map_err(e)?
+        .signed_by(&key, &ca, &ca_key)
+        .map_err(e)?;
+    Ok((ca.pem(), cert.pem(), key.serialize_pem()))
+}
