@@ -21,6 +21,8 @@ pub struct Settings {
     pub mirrors: Vec<(String, String)>,
     /// `SSL_CERT_FILE`: the CA bundle used instead of the system store (OpenSSL's meaning).
     pub ssl_cert_file: Option<PathBuf>,
+    /// `HOME`: what `~/` stands for in a manifest's paths.
+    pub home: Option<PathBuf>,
 }
 
 impl Settings {
@@ -44,6 +46,7 @@ impl Settings {
             stdin_tty: std::io::stdin().is_terminal(),
             mirrors: mirrors_from_env(),
             ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
+            home: env.home.clone(),
         })
     }
 }
