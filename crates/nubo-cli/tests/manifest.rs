@@ -239,3 +239,28 @@ fn manifest_schema_is_json_with_both_kinds() {
     assert_eq!(v["oneOf"][0]["properties"]["kind"]["const"], "VirtualMachine");
     assert_eq!(v["oneOf"][1]["properties"]["kind"]["const"], "Workload");
 }
+
+/// README's manifest example is what a newcomer copies: it must validate as written.
+#[test]
+fn readme_manifest_example_validates() {
+    let e = env();
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
+    let start = readme.find("### Manifests").expect("README has the manifest section");
+    let block = readme[start..].split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
+    let home = e.dir.path().join("home");
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAAreadme you@laptop\n").unwrap();
+    let file = e.write("web.yaml", block);
+
+    let o = Command::new(env!("CARGO_BIN_EXE_nubo"))
+        .args(["manifest", "validate", "-f", &file])
+        .env("NUBO_ROOT", e.root())
+        .env("NUBO_RUN_DIR", e.run_dir())
+        .env("HOME", &home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).contains("VirtualMachine `web` is valid"));
+}
