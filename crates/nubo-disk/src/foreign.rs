@@ -2,6 +2,7 @@
 //! VMDK, VDI, VHDX and VPC (VHD). Pure and bounds-checked like the qcow2 codec; each reports
 //! what `qemu-img info` reports for the same file.
 
+use crate::bytes::{Be, Le};
 use crate::error::HeaderError;
 use crate::Format;
 
@@ -33,7 +34,7 @@ pub fn parse_foreign(format: Format, bytes: &[u8]) -> Result<ForeignInfo, Header
 }
 
 fn vmdk(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
-    let r = Le(b, Format::Vmdk);
+    let r = Le::new(b, Format::Vmdk);
     if b.starts_with(b"KDMV") {
         let sectors = r.u64(12)?;
         let grain = r.u64(20)?;
@@ -71,7 +72,7 @@ fn vmdk(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
 }
 
 fn vdi(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
-    let r = Le(b, Format::Vdi);
+    let r = Le::new(b, Format::Vdi);
     Ok(ForeignInfo {
         virtual_size: r.u64(0x170)?,
         cluster_size: Some(r.u32(0x178)?),
@@ -81,7 +82,7 @@ fn vdi(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
 /// VHD stores the size twice; qemu believes the CHS geometry unless the creator is known to
 /// use `current_size` or the geometry is saturated (block/vpc.c).
 fn vpc(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
-    let r = Be(b, Format::Vpc);
+    let r = Be::new(b, Format::Vpc);
     let virtual_size = vpc_footer(b)?;
     // Dynamic and differencing disks keep their block size in the header the footer points at.
     const DYNAMIC: u32 = 3;
@@ -110,7 +111,7 @@ fn vpc(b: &[u8]) -> Result<ForeignInfo, HeaderError> {
 
 /// The virtual size a VHD footer (`footer`: its 512 bytes) gives, as QEMU computes it.
 pub fn vpc_footer(footer: &[u8]) -> Result<u64, HeaderError> {
-    let r = Be(footer, Format::Vpc);
+    let r = Be::new(footer, Format::Vpc);
     const MAX_GEOMETRY: u64 = 65535 * 16 * 255;
     let creator = r.slice(28, 4)?;
     let current_size = r.u64(48)?;
@@ -168,7 +169,7 @@ const fn guid(a: u32, b: u16, c: u16, d: [u8; 8]) -> [u8; 16] {
 /// Where the metadata region is (offset, length), from the region table: `table` is the 64 KiB
 /// at [`VHDX_REGION_TABLE_AT`].
 pub fn vhdx_metadata_region(table: &[u8]) -> Result<(u64, u32), HeaderError> {
-    let r = Le(table, Format::Vhdx);
+    let r = Le::new(table, Format::Vhdx);
     if r.slice(0, 4)? != b"regi" {
         return Err(invalid(Format::Vhdx, "region table", "lacks its regi signature"));
     }
@@ -187,7 +188,7 @@ pub fn vhdx_metadata_region(table: &[u8]) -> Result<(u64, u32), HeaderError> {
 
 /// Sizes from the VHDX metadata region (`meta` is the whole region).
 pub fn parse_vhdx(meta: &[u8]) -> Result<ForeignInfo, HeaderError> {
-    let r = Le(meta, Format::Vhdx);
+    let r = Le::new(meta, Format::Vhdx);
     if r.slice(0, 8)? != b"metadata" {
         return Err(invalid(Format::Vhdx, "metadata table", "lacks its metadata signature"));
     }
@@ -215,7 +216,7 @@ pub fn parse_vhdx(meta: &[u8]) -> Result<ForeignInfo, HeaderError> {
 /// another file.
 pub fn vhdx_has_parent(meta: &[u8]) -> Result<bool, HeaderError> {
     const HAS_PARENT: u32 = 1 << 1;
-    let r = Le(meta, Format::Vhdx);
+    let r = Le::new(meta, Format::Vhdx);
     let count = usize::from(u16::from_le_bytes([r.u8(10)?, r.u8(11)?]));
     for i in 0..count {
         let at = 32 + i * 32;
@@ -238,55 +239,6 @@ fn invalid(format: Format, field: &'static str, why: &str) -> HeaderError {
         format,
         field,
         why: why.to_owned(),
-    }
-}
-
-/// Bounds-checked little- and big-endian readers that name the format in their errors.
-struct Le<'a>(&'a [u8], Format);
-struct Be<'a>(&'a [u8], Format);
-
-fn slice(b: &[u8], format: Format, at: usize, len: usize) -> Result<&[u8], HeaderError> {
-    let end = at.saturating_add(len);
-    b.get(at..end).ok_or(HeaderError::Truncated {
-        format,
-        need: end,
-        got: b.len(),
-    })
-}
-
-impl Le<'_> {
-    fn slice(&self, at: usize, len: usize) -> Result<&[u8], HeaderError> {
-        slice(self.0, self.1, at, len)
-    }
-    fn u8(&self, at: usize) -> Result<u8, HeaderError> {
-        Ok(self.slice(at, 1)?[0])
-    }
-    fn u32(&self, at: usize) -> Result<u32, HeaderError> {
-        let b = self.slice(at, 4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&self, at: usize) -> Result<u64, HeaderError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.slice(at, 8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-}
-
-impl Be<'_> {
-    fn slice(&self, at: usize, len: usize) -> Result<&[u8], HeaderError> {
-        slice(self.0, self.1, at, len)
-    }
-    fn u8(&self, at: usize) -> Result<u8, HeaderError> {
-        Ok(self.slice(at, 1)?[0])
-    }
-    fn u32(&self, at: usize) -> Result<u32, HeaderError> {
-        let b = self.slice(at, 4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&self, at: usize) -> Result<u64, HeaderError> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.slice(at, 8)?);
-        Ok(u64::from_be_bytes(a))
     }
 }
 

@@ -5,6 +5,7 @@
 //! empty qcow2 images and thin overlays that record their backing format so qemu never probes
 //! a base.
 
+mod bytes;
 mod create;
 pub mod error;
 pub mod foreign;

@@ -386,19 +386,19 @@ fn trim_ascii(b: &[u8]) -> &[u8] {
 }
 
 pub(crate) fn le_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    crate::bytes::u32_at::<crate::bytes::Little>(b, at)
 }
 
 pub(crate) fn le_u64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    crate::bytes::u64_at::<crate::bytes::Little>(b, at)
 }
 
 pub(crate) fn be_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    crate::bytes::u32_at::<crate::bytes::Big>(b, at)
 }
 
 pub(crate) fn be_u64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(b.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    crate::bytes::u64_at::<crate::bytes::Big>(b, at)
 }
 
 #[cfg(test)]
