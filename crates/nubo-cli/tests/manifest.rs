@@ -246,7 +246,13 @@ fn readme_manifest_example_validates() {
     let e = env();
     let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap();
     let start = readme.find("### Manifests").expect("README has the manifest section");
-    let block = readme[start..].split("```yaml\n").nth(1).unwrap().split("```").next().unwrap();
+    let block = readme[start..]
+        .split("```yaml\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
     let home = e.dir.path().join("home");
     std::fs::create_dir_all(home.join(".ssh")).unwrap();
     std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAAreadme you@laptop\n").unwrap();

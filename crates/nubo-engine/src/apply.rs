@@ -25,6 +25,15 @@ pub enum Observed {
     Different(Vec<String>),
 }
 
+/// What [`Engine::check_references`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct References {
+    /// The image must be downloaded before the VM can be planned (a catalog image not in the
+    /// store yet, or a URL): a dry run cannot plan it, a create pulls it first.
+    pub pull_first: bool,
+    pub notes: Vec<String>,
+}
+
 impl Engine {
     /// How the VM `spec` names stands against `spec`. Reads the record only.
     pub fn observe(&self, spec: &VmSpec) -> Result<Observed, EngineError> {
@@ -47,8 +56,9 @@ impl Engine {
     /// or a catalog reference nubo can pull, a disk is a self-contained image nubo may boot,
     /// and the kernel, initrd, firmware and own seed are regular files. Returns notes (an image
     /// that a create would pull first). Problems are spec errors at their field.
-    pub fn check_references(&self, spec: &VmSpec) -> Result<Vec<String>, EngineError> {
+    pub fn check_references(&self, spec: &VmSpec) -> Result<References, EngineError> {
         let mut notes = Vec::new();
+        let mut pull_first = false;
         match &spec.source {
             DiskSource::Image { reference } => {
                 let r = match nubo_image::AnyRef::parse(reference) {
@@ -66,6 +76,7 @@ impl Engine {
                     Ok(Some(_)) => {}
                     Ok(None) if nubo_image::catalog::lookup(&r).is_some() => {
                         notes.push(format!("image `{r}` is not in the store: apply pulls it first"));
+                        pull_first = true;
                     }
                     Ok(None) => {
                         return Err(EngineError::spec(
@@ -81,6 +92,7 @@ impl Engine {
             }
             DiskSource::Url { url, .. } => {
                 notes.push(format!("{url} is downloaded and verified by its checksum when applied"));
+                pull_first = true;
             }
         }
         let regular = |field: Field, what: &str, p: &Path| {
@@ -100,7 +112,7 @@ impl Engine {
         if let Some(s) = &spec.cloud_init.seed {
             regular(Field::CloudInitSeed, "seed", s)?;
         }
-        Ok(notes)
+        Ok(References { pull_first, notes })
     }
 }
 

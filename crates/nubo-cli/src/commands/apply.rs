@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nubo_engine::apply::{host_parallelism, parallel, Observed};
+use nubo_engine::apply::{host_parallelism, parallel, Observed, References};
 use nubo_engine::{Engine, Event, Plan, WaitFor};
 use nubo_manifest::{Kind, Lowered};
 use serde::Serialize;
@@ -94,6 +94,11 @@ pub fn run(a: &ApplyArgs, settings: &Settings) -> anyhow::Result<()> {
     let todo: Vec<usize> = (0..reports.len())
         .filter(|i| reports[*i].action != Action::Unchanged)
         .collect();
+    if !todo.is_empty() {
+        // nubo's own SSH key is made once, before the parallel creates: each create would
+        // otherwise race to make it (same temporary name within one process).
+        nubo_engine::ssh::ensure_key(&engine.roots.ssh_dir())?;
+    }
     let results = parallel(&todo, host_parallelism(), |i| {
         let l = &lowered[*i];
         let r = &reports[*i];
@@ -132,7 +137,7 @@ pub fn run(a: &ApplyArgs, settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// Observes and (for a dry run) plans one document; an error is a finished message.
-fn report(l: &Lowered, notes: Vec<String>, engine: &Engine) -> Result<Report, String> {
+fn report(l: &Lowered, refs: References, engine: &Engine) -> Result<Report, String> {
     let err = |e| super::manifest::engine_error_line(l, e);
     let (action, differences) = match engine.observe(&l.spec).map_err(err)? {
         Observed::Missing => (Action::Create, Vec::new()),
@@ -140,12 +145,9 @@ fn report(l: &Lowered, notes: Vec<String>, engine: &Engine) -> Result<Report, St
         Observed::Same => (Action::Unchanged, Vec::new()),
         Observed::Different(d) => (Action::Recreate, d),
     };
-    let pull_first = notes
-        .iter()
-        .any(|n| n.contains("pulls it first") || n.contains("downloaded"));
     // Planned through the engine's own path minus writes: capabilities, backend checks and
     // admission are refused here, before anything of any VM is made.
-    let plan = if pull_first {
+    let plan = if refs.pull_first {
         None
     } else {
         Some(engine.dry_run(&l.spec).map_err(err)?)
@@ -164,7 +166,7 @@ fn report(l: &Lowered, notes: Vec<String>, engine: &Engine) -> Result<Report, St
         backend_reason,
         spec: l.spec.clone(),
         plan,
-        notes,
+        notes: refs.notes,
         result: None,
         ready: None,
         error: None,

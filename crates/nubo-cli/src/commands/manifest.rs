@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use nubo_engine::apply::References;
 use nubo_engine::{Engine, EngineError};
 use nubo_manifest::{Document, HostFiles, Lowered, ManifestErrors};
 
@@ -18,7 +19,7 @@ pub fn run(cmd: ManifestCmd, settings: &Settings) -> anyhow::Result<()> {
             let notes = check(&lowered, &engine)?;
             for (l, notes) in lowered.iter().zip(notes) {
                 println!("{}: {} `{}` is valid", l.doc.file, l.kind().as_str(), l.spec.name);
-                for n in notes {
+                for n in notes.notes {
                     eprintln!("note: {}: {n}", l.spec.name);
                 }
             }
@@ -47,18 +48,18 @@ pub fn read(file: &Path, settings: &Settings) -> anyhow::Result<Vec<Lowered>> {
 
 /// What every document references, checked without writing (images, disks, files); every
 /// problem of every document, or each document's notes.
-pub fn check(lowered: &[Lowered], engine: &Engine) -> Result<Vec<Vec<String>>, ManifestErrors> {
+pub fn check(lowered: &[Lowered], engine: &Engine) -> Result<Vec<References>, ManifestErrors> {
     let mut errors = Vec::new();
     let mut notes = Vec::new();
     for l in lowered {
         match engine.check_references(&l.spec) {
-            Ok(mut n) => {
-                n.splice(0..0, l.notes.iter().cloned());
-                notes.push(n);
+            Ok(mut r) => {
+                r.notes.splice(0..0, l.notes.iter().cloned());
+                notes.push(r);
             }
             Err(e) => {
                 errors.extend(engine_error(l, e).into_errors());
-                notes.push(Vec::new());
+                notes.push(References::default());
             }
         }
     }
