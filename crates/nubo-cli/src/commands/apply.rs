@@ -147,13 +147,19 @@ fn report(l: &Lowered, refs: References, engine: &Engine) -> Result<Report, Stri
     };
     // Planned through the engine's own path minus writes: capabilities, backend checks and
     // admission are refused here, before anything of any VM is made.
-    let plan = if refs.pull_first {
+    // An unchanged VM is not planned again: it keeps what it was made with, backend included.
+    let plan = if refs.pull_first || action == Action::Unchanged {
         None
     } else {
         Some(engine.dry_run(&l.spec).map_err(err)?)
     };
     let (backend, backend_reason) = match &plan {
         Some(p) => (Some(p.backend.to_owned()), Some(reason(l, p))),
+        None if action == Action::Unchanged => {
+            let b = engine.load(l.spec.name.as_str()).map_err(err)?.backend;
+            let why = format!("backend {b} (recorded for the existing VM, which keeps it)");
+            (Some(b), Some(why))
+        }
         None => (None, None),
     };
     Ok(Report {
