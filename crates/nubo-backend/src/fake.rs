@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex};
 use nubo_core::VmState;
 
 use crate::{
-    Backend, BackendError, BootInfo, Capabilities, ConsoleLog, ConsoleStream, HostCheck, Launch, MachineSpec, Probe,
-    Reach, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, ConsoleLog, ConsoleStream, HostCheck, Launch,
+    MachineSpec, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
+
+/// Bytes of "memory" a fake snapshot of a running VM holds.
+pub const FAKE_VM_STATE: u64 = 1 << 20;
 
 /// Clones share their VMs, calls and failure switch, so a test keeps one to look inside the
 /// one it gave the registry.
@@ -26,6 +29,8 @@ pub struct FakeBackend {
     pub vms: Arc<Mutex<HashMap<String, VmState>>>,
     /// `verb name` for every call that acts on a VM, in order.
     pub calls: Arc<Mutex<Vec<String>>>,
+    /// Each VM's snapshot table (by UUID), as an overlay's would be.
+    pub snapshots: Arc<Mutex<HashMap<String, Vec<BackendSnapshot>>>>,
 }
 
 impl FakeBackend {
@@ -43,7 +48,28 @@ impl FakeBackend {
             fail_boot: Arc::new(Mutex::new(None)),
             vms: Arc::new(Mutex::new(HashMap::new())),
             calls: Arc::new(Mutex::new(Vec::new())),
+            snapshots: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// The VM's snapshot table.
+    pub fn table(&self, uuid: &str) -> Vec<BackendSnapshot> {
+        self.snapshots
+            .lock()
+            .expect("not poisoned")
+            .get(uuid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Puts a snapshot in the VM's table behind nubo's back (made with qemu-img, say).
+    pub fn add_snapshot(&self, uuid: &str, snap: BackendSnapshot) {
+        self.snapshots
+            .lock()
+            .expect("not poisoned")
+            .entry(uuid.to_owned())
+            .or_default()
+            .push(snap);
     }
 
     pub fn with_aliases(mut self, aliases: &'static [&'static str]) -> FakeBackend {
@@ -181,6 +207,56 @@ impl Backend for FakeBackend {
         self.set(vm.uuid, VmState::Paused);
         Ok(())
     }
+    fn snapshot_create(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
+        self.note("snapshot-create", &format!("{} {name}", vm.name));
+        let running = self.get(vm.uuid).is_active();
+        let snap = BackendSnapshot {
+            name: name.to_owned(),
+            has_memory: running,
+            vm_state_size: if running { FAKE_VM_STATE } else { 0 },
+            created: Some("2026-12-02T00:00:00Z".into()),
+        };
+        self.add_snapshot(vm.uuid, snap.clone());
+        Ok(SnapshotTaken {
+            snapshot: snap,
+            frozen: running.then(|| std::time::Duration::from_millis(1)),
+        })
+    }
+
+    fn snapshot_list(&self, vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+        Ok(self.table(vm.uuid))
+    }
+
+    fn snapshot_delete(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
+        self.note("snapshot-delete", &format!("{} {name}", vm.name));
+        if let Some(t) = self.snapshots.lock().expect("not poisoned").get_mut(vm.uuid) {
+            t.retain(|s| s.name != name);
+        }
+        Ok(())
+    }
+
+    fn snapshot_restore(
+        &self,
+        spec: &MachineSpec,
+        state: &mut serde_json::Value,
+        name: &str,
+    ) -> Result<Restored, BackendError> {
+        self.note("snapshot-restore", &format!("{} {name}", spec.name));
+        let snap = self
+            .table(&spec.uuid)
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| BackendError::InvalidSpec(format!("fake has no snapshot `{name}`")))?;
+        match (self.get(&spec.uuid).is_active(), snap.has_memory) {
+            (true, true) => Ok(Restored::Running),
+            (true, false) => Err(BackendError::InvalidSpec(format!(
+                "snapshot `{name}` holds no memory: stop the VM first"
+            ))),
+            (false, false) => Ok(Restored::DiskOnly),
+            (false, true) => self.boot(spec, state).map(Restored::Started),
+        }
+    }
+
     fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.set(vm.uuid, VmState::Running);
         Ok(())

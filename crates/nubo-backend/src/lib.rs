@@ -10,6 +10,7 @@
 //!
 //! Each backend is split into `render` (pure) and `driver` (processes, sockets).
 
+pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod qemu;
@@ -29,7 +30,10 @@ pub use spec::{Boot, Disk, Firmware, MachineKind, MachineSpec, NetworkMode, Seed
 
 /// Every built-in backend. libvirt and cloud-hypervisor join here when they land.
 pub fn builtin_registry() -> Registry {
-    Registry::new(vec![Box::new(qemu::QemuBackend::default())])
+    Registry::new(vec![
+        Box::new(qemu::QemuBackend::default()),
+        Box::new(cloud_hypervisor::CloudHypervisorBackend::default()),
+    ])
 }
 
 /// A backend's answer to "can you run here?": three answers, not a bool.
@@ -126,6 +130,16 @@ pub struct Reach {
     pub guest_addresses: Vec<String>,
     /// How the network is realised, in words.
     pub network: String,
+}
+
+/// A static address the backend's network gives the guest (no DHCP server), which the engine
+/// writes into the seed's network-config, matched by MAC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestNetwork {
+    pub mac: String,
+    /// `a.b.c.d/prefix`.
+    pub address: String,
+    pub gateway: String,
 }
 
 /// The VM as its backend sees it: identity, directories, and the backend's own state (what
@@ -324,5 +338,11 @@ pub trait Backend: Send + Sync {
     }
     fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
+    }
+
+    /// The static address this backend's network needs in the guest's seed, if any (a tap
+    /// on a bridge without DHCP). Pure over `spec`; `None` by default.
+    fn guest_network(&self, _spec: &MachineSpec) -> Option<GuestNetwork> {
+        None
     }
 }

@@ -75,7 +75,7 @@ pub struct SelectionInput<'a> {
     pub default: Option<&'a str>,
     /// Ids of auto-selectable backends whose probe said Available, in preference order.
     pub available: &'a [&'a str],
-    /// A microVM workload (needs cloud-hypervisor).
+    /// A microVM workload (cloud-hypervisor, else QEMU's microvm machine).
     pub microvm_workload: bool,
     /// Booting with `--kernel` rather than the image's own boot loader.
     pub direct_kernel: bool,
@@ -105,10 +105,13 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
             return Ok(Selection { id: b.id(), source });
         }
     }
+    // microVM workloads go to Cloud Hypervisor, else to QEMU's own microvm machine; a kernel
+    // boot goes to it only where neither QEMU nor libvirt is installed; a cloud image booted
+    // through its boot loader never (it has no BIOS, and EDK2 for it is rarely installed).
     let prefer: &[&str] = if input.microvm_workload {
-        &["cloud-hypervisor"]
+        &["cloud-hypervisor", "qemu"]
     } else if input.direct_kernel {
-        &["qemu", "libvirt"]
+        &["qemu", "libvirt", "cloud-hypervisor"]
     } else {
         &["libvirt", "qemu"]
     };
@@ -245,14 +248,64 @@ mod tests {
     }
 
     #[test]
-    fn select_microvm_workload_needs_cloud_hypervisor() {
+    fn select_microvm_workload_prefers_cloud_hypervisor() {
+        let input = SelectionInput {
+            available: &["qemu", "libvirt", "cloud-hypervisor"],
+            microvm_workload: true,
+            direct_kernel: true,
+            ..Default::default()
+        };
+
+        assert_eq!(select(&reg(), &input).unwrap().id, "cloud-hypervisor");
+    }
+
+    #[test]
+    fn select_microvm_workload_without_cloud_hypervisor_is_qemu_microvm() {
         let input = SelectionInput {
             available: &["qemu"],
             microvm_workload: true,
             ..Default::default()
         };
 
+        assert_eq!(select(&reg(), &input).unwrap().id, "qemu");
+    }
+
+    #[test]
+    fn select_microvm_workload_with_only_libvirt_is_unavailable() {
+        let input = SelectionInput {
+            available: &["libvirt"],
+            microvm_workload: true,
+            ..Default::default()
+        };
+
         assert!(matches!(select(&reg(), &input), Err(BackendError::Unavailable { .. })));
+    }
+
+    #[test]
+    fn select_cloud_image_never_picks_cloud_hypervisor() {
+        let input = SelectionInput {
+            available: &["cloud-hypervisor"],
+            ..Default::default()
+        };
+
+        assert!(matches!(select(&reg(), &input), Err(BackendError::Unavailable { .. })));
+    }
+
+    #[test]
+    fn select_kernel_boot_picks_cloud_hypervisor_only_without_qemu_or_libvirt() {
+        let both = SelectionInput {
+            available: &["cloud-hypervisor", "qemu"],
+            direct_kernel: true,
+            ..Default::default()
+        };
+        let alone = SelectionInput {
+            available: &["cloud-hypervisor"],
+            direct_kernel: true,
+            ..Default::default()
+        };
+
+        assert_eq!(select(&reg(), &both).unwrap().id, "qemu");
+        assert_eq!(select(&reg(), &alone).unwrap().id, "cloud-hypervisor");
     }
 
     #[test]

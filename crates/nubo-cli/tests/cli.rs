@@ -129,3 +129,36 @@ fn default_backend_set_then_show_then_clear() {
     assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), "qemu");
     assert!(String::from_utf8_lossy(&cleared.stdout).contains("none"));
 }
+
+#[test]
+fn snapshot_create_bad_name_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let o = nubo(dir.path(), &["vm", "snapshot", "create", "web", "../etc"]);
+
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("snapshot name `../etc` is invalid"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn snapshot_ls_unknown_vm_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let o = nubo(dir.path(), &["vm", "snapshot", "ls", "web", "-o", "json"]);
+
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("vm `web` does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn snapshot_rm_without_snapshot_names_is_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let o = nubo(dir.path(), &["vm", "snapshot", "rm", "web"]);
+
+    assert_eq!(o.status.code(), Some(2));
+}

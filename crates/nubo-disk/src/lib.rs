@@ -14,6 +14,7 @@ mod inspect;
 pub mod inspector;
 pub mod layout;
 pub mod qcow2;
+pub mod snapshots;
 pub mod source;
 
 pub use create::{create_overlay, create_qcow2};
@@ -24,6 +25,7 @@ pub use inspect::{
 };
 pub use inspector::{identify, inspect_image, Detected, InspectError, Inspection, Rejection, Usage, MAX_VIRTUAL_SIZE};
 pub use qcow2::{CryptMethod, Qcow2Header};
+pub use snapshots::{read_snapshot_table, SnapshotEntry, SnapshotTableError};
 pub use source::ReadAt;
 
 /// Parses a qcow2 header from the start of an image (see [`qcow2::parse_qcow2_header`]: the

@@ -26,6 +26,16 @@ pub enum EngineError {
     Corrupt { path: PathBuf, detail: String },
     #[error("nubo's settings file {} is corrupt ({detail}): delete it (it only holds the default backend) or fix its JSON", path.display())]
     CorruptSettings { path: PathBuf, detail: String },
+    #[error("snapshot name `{name}` is invalid: {why}: use 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit and not all digits")]
+    SnapshotName { name: String, why: String },
+    #[error("snapshot description is invalid: {0}")]
+    SnapshotDescription(String),
+    #[error("vm `{vm}` has no snapshot `{snapshot}`: `nubo vm snapshot ls {vm}` lists them")]
+    SnapshotNotFound { vm: String, snapshot: String },
+    #[error("vm `{vm}` already has a snapshot `{snapshot}`: pick another name, or remove it first (`nubo vm snapshot rm {vm} {snapshot}`)")]
+    SnapshotExists { vm: String, snapshot: String },
+    #[error("snapshot `{snapshot}` of vm `{vm}` cannot be restored: {why}")]
+    SnapshotRefused { vm: String, snapshot: String, why: String },
     #[error("{what} is not possible here: {fix}")]
     Unavailable { what: String, fix: String },
     #[error("pulling {what}")]
@@ -54,7 +64,13 @@ impl EngineError {
             EngineError::NotFound(_) => ErrorKind::NotFound,
             EngineError::Conflict { .. } => ErrorKind::AlreadyExists,
             EngineError::Busy { .. } | EngineError::InvalidState { .. } => ErrorKind::InvalidState,
-            EngineError::Spec(_) | EngineError::Name(_) => ErrorKind::InvalidInput,
+            EngineError::Spec(_)
+            | EngineError::Name(_)
+            | EngineError::SnapshotName { .. }
+            | EngineError::SnapshotDescription(_) => ErrorKind::InvalidInput,
+            EngineError::SnapshotNotFound { .. } => ErrorKind::NotFound,
+            EngineError::SnapshotExists { .. } => ErrorKind::AlreadyExists,
+            EngineError::SnapshotRefused { .. } => ErrorKind::InvalidState,
             EngineError::Io { .. } => ErrorKind::Io,
             EngineError::Corrupt { .. } | EngineError::CorruptSettings { .. } => ErrorKind::Integrity,
             EngineError::Unavailable { .. } => ErrorKind::Unavailable,

@@ -12,6 +12,7 @@ pub mod lock;
 pub mod plan;
 pub mod readiness;
 pub mod record;
+pub mod snapshot;
 pub mod ssh;
 pub mod usage;
 
@@ -66,6 +67,8 @@ pub struct Engine {
     /// `NUBO_VM_BACKEND`, read by the binary.
     pub env_backend: Option<String>,
     pub fetcher: Option<Box<dyn ImageFetcher>>,
+    /// How long a command waits for another command on the same VM ([`LOCK_WAIT`]).
+    pub lock_wait: Duration,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -74,6 +77,11 @@ pub struct StoredSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_backend: Option<String>,
 }
+
+/// How long a command waits for another command on the same VM before saying it is busy:
+/// longer than any step that holds the lock (a create up to the VMM's start, a memory
+/// snapshot), short enough that a stuck holder is reported.
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// settings.json is a few bytes; a bigger one is not nubo's.
 const MAX_SETTINGS: u64 = 1 << 20;
@@ -85,6 +93,7 @@ impl Engine {
             registry,
             env_backend,
             fetcher: None,
+            lock_wait: LOCK_WAIT,
         }
     }
 
@@ -94,7 +103,7 @@ impl Engine {
     }
 
     pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
-        lock::VmLock::try_acquire(&self.roots.run_dir.join("locks"), name)
+        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, self.lock_wait)
     }
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {

@@ -49,7 +49,7 @@ impl Engine {
         Ok(self.backend_of(rec)?.state(&rec.vm_ref(&dir))?)
     }
 
-    fn created(&self, name: &str) -> Result<VmRecord, EngineError> {
+    pub(crate) fn created(&self, name: &str) -> Result<VmRecord, EngineError> {
         let rec = self.load(name)?;
         if rec.phase == Phase::Creating {
             return Err(EngineError::InvalidState {
@@ -63,7 +63,7 @@ impl Engine {
 
     /// The lock of an existing VM: a command on a VM that does not exist is refused before
     /// it makes a lock file.
-    fn lock_existing(&self, name: &str) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
+    pub(crate) fn lock_existing(&self, name: &str) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
         self.created(name)?;
         let lock = self.lock(name)?;
         // Re-read under the lock: another command may have changed or removed it meanwhile.

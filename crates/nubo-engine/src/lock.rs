@@ -24,6 +24,21 @@ impl VmLock {
         let _ = fs::remove_file(&self.path);
     }
 
+    /// Takes the lock, waiting up to `wait` for another command to release it (commands on one
+    /// VM serialise; a forked child briefly holding a killed command's lock until its exec is
+    /// waited out too); still held after that is an error naming the holder.
+    pub fn acquire(locks_dir: &Path, name: &str, wait: std::time::Duration) -> Result<VmLock, EngineError> {
+        let start = std::time::Instant::now();
+        loop {
+            match VmLock::try_acquire(locks_dir, name) {
+                Err(EngineError::Busy { .. }) if start.elapsed() < wait => {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Takes the lock without waiting; a held lock is an error naming the holder.
     pub fn try_acquire(locks_dir: &Path, name: &str) -> Result<VmLock, EngineError> {
         fs::create_dir_all(locks_dir).map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
@@ -73,6 +88,33 @@ mod tests {
             err.to_string().contains(&format!("pid {}", std::process::id())),
             "{err}"
         );
+    }
+
+    #[test]
+    fn acquire_waits_for_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = VmLock::try_acquire(dir.path(), "web").unwrap();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(first);
+        });
+
+        let second = VmLock::acquire(dir.path(), "web", std::time::Duration::from_secs(5));
+
+        releaser.join().unwrap();
+        assert!(second.is_ok());
+    }
+
+    #[test]
+    fn acquire_still_held_after_wait_is_busy() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = VmLock::try_acquire(dir.path(), "web").unwrap();
+
+        let err = VmLock::acquire(dir.path(), "web", std::time::Duration::from_millis(100))
+            .err()
+            .unwrap();
+
+        assert!(matches!(err, EngineError::Busy { .. }), "{err}");
     }
 
     #[test]

@@ -175,7 +175,7 @@ pub fn decide(
         env: facts.env_backend.as_deref(),
         default: facts.default_backend.as_deref(),
         available: &facts.available,
-        microvm_workload: false,
+        microvm_workload: machine == MachineKind::Microvm,
         direct_kernel: spec.boot.is_some(),
     };
     let selection = nubo_backend::select(registry, &input)?;
@@ -248,16 +248,18 @@ fn refuse_unsupported(
     if matches!(boot, Boot::Kernel { .. }) && !caps.direct_kernel {
         return Err(unsupported("direct-kernel boot", "the qemu backend"));
     }
+    // A firmware file the user names (`--firmware PATH`) is the backend's `check` to judge;
+    // `--firmware efi` needs firmware the backend finds itself.
     if matches!(
         boot,
         Boot::Firmware {
-            firmware: Firmware::Efi | Firmware::EfiCode(_)
+            firmware: Firmware::Efi
         }
     ) && !caps.efi
     {
         return Err(unsupported(
             "UEFI boot",
-            "--firmware bios, or install OVMF (the ovmf package)",
+            "--firmware PATH to UEFI firmware, or install the backend's (OVMF, the ovmf package, for qemu; an EDK2 CLOUDHV.fd for cloud-hypervisor), or --firmware bios on qemu",
         ));
     }
     if machine == MachineKind::Microvm && !caps.microvm {

@@ -12,15 +12,15 @@ use nubo_spec::{DiskSource, Field, Network, Payload, VmSpec};
 use crate::record::Phase;
 use crate::{Engine, EngineError, Event};
 
-struct T {
-    _dir: tempfile::TempDir,
-    engine: Engine,
-    disk: PathBuf,
+pub(crate) struct T {
+    pub(crate) _dir: tempfile::TempDir,
+    pub(crate) engine: Engine,
+    pub(crate) disk: PathBuf,
     /// Shares its state with the one in the engine's registry.
-    fake: FakeBackend,
+    pub(crate) fake: FakeBackend,
 }
 
-fn engine_with(backend: FakeBackend) -> T {
+pub(crate) fn engine_with(backend: FakeBackend) -> T {
     let dir = tempfile::tempdir().unwrap();
     let roots = Roots {
         root: dir.path().join("root"),
@@ -28,7 +28,9 @@ fn engine_with(backend: FakeBackend) -> T {
     };
     let disk = dir.path().join("base.qcow2");
     nubo_disk::create_qcow2(&disk, 64 << 20).unwrap();
-    let engine = Engine::new(roots, Registry::new(vec![Box::new(backend.clone())]), None);
+    let mut engine = Engine::new(roots, Registry::new(vec![Box::new(backend.clone())]), None);
+    // A held lock is reported at once: the tests hold one on purpose.
+    engine.lock_wait = std::time::Duration::from_millis(100);
     T {
         _dir: dir,
         engine,
@@ -37,22 +39,22 @@ fn engine_with(backend: FakeBackend) -> T {
     }
 }
 
-fn fake() -> T {
+pub(crate) fn fake() -> T {
     engine_with(FakeBackend::new("qemu"))
 }
 
-fn spec(t: &T, name: &str) -> VmSpec {
+pub(crate) fn spec(t: &T, name: &str) -> VmSpec {
     let mut s = VmSpec::new(VmName::parse(name).unwrap(), DiskSource::Disk { path: t.disk.clone() });
     s.network = Network::Restricted;
     s.resources.memory = Some(ByteSize(256 << 20));
     s
 }
 
-fn quiet() -> impl FnMut(Event) {
+pub(crate) fn quiet() -> impl FnMut(Event) {
     |_| {}
 }
 
-fn entries(p: &Path) -> Vec<String> {
+pub(crate) fn entries(p: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(p)
         .map(|d| {
             d.flatten()
@@ -435,4 +437,58 @@ fn dry_run_and_observe_leave_state_roots_byte_identical() {
 
     assert_eq!((snapshot(&root), snapshot(&run)), before);
     assert!(!root.join("images").exists(), "a dry run made the image store");
+}
+
+fn micro_caps() -> Capabilities {
+    Capabilities {
+        direct_kernel: true,
+        microvm: true,
+        ..Capabilities::default()
+    }
+}
+
+fn microvm_spec(t: &T) -> VmSpec {
+    let mut s = spec(t, "micro");
+    s.network = Network::Forward;
+    s.machine = nubo_spec::Machine::Microvm;
+    s.boot = Some(nubo_spec::KernelBoot {
+        kernel: t.disk.clone(),
+        initrd: None,
+        cmdline: Some("console=ttyS0".into()),
+    });
+    s
+}
+
+#[test]
+fn plan_microvm_workload_picks_cloud_hypervisor() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+
+    let plan = engine.dry_run(&microvm_spec(&t)).unwrap();
+
+    assert_eq!(plan.backend, "cloud-hypervisor");
+}
+
+#[test]
+fn plan_kernel_boot_on_default_machine_keeps_qemu() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor").with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.machine = nubo_spec::Machine::Default;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "qemu");
 }

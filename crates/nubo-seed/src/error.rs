@@ -29,6 +29,9 @@ pub enum SeedError {
     #[error("MAC address `{mac}` is invalid: write six hex pairs such as 52:54:00:12:34:56")]
     InvalidMac { mac: String },
 
+    #[error("address `{address}` is invalid: write an IPv4 address with a prefix such as 10.237.0.2/16, and a gateway such as 10.237.0.1")]
+    InvalidAddress { address: String },
+
     #[error("seed file `{name}` is {size} bytes, over the {max}-byte limit of a seed: move large payloads into the image or fetch them at boot")]
     FileTooLarge { name: String, size: u64, max: u64 },
 
@@ -60,6 +63,7 @@ impl SeedError {
             SeedError::InvalidHostname { .. }
             | SeedError::InvalidInstanceId { .. }
             | SeedError::InvalidMac { .. }
+            | SeedError::InvalidAddress { .. }
             | SeedError::UnsupportedUserData { .. }
             | SeedError::InvalidYaml { .. }
             | SeedError::InvalidNetworkConfig { .. }

@@ -17,7 +17,7 @@ pub use cloud_config::{render_cloud_config, CloudConfig};
 pub use error::SeedError;
 pub use iso::{read_iso, write_iso_files, MAX_FILE_SIZE, VOLUME_ID};
 pub use meta::{render_meta_data, validate_hostname, validate_instance_id};
-pub use network::render_network_config_dhcp;
+pub use network::{render_network_config_dhcp, render_network_config_static};
 pub use user_data::{validate_network_config, validate_user_data, validate_vendor_data};
 pub use vfat::{build_vfat, read_vfat};
 

@@ -11,6 +11,7 @@
 pub mod fixture;
 pub mod prereq;
 pub mod process;
+pub mod pvh;
 
 pub use fixture::{nubo_bin, DebianImage, TestRoot};
 pub use process::{run_with_timeout, wait_for_line, Guard};

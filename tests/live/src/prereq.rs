@@ -39,6 +39,18 @@ fn probe(name: &str) -> Result<(), String> {
         "ovmf" => file(OVMF_CODE, "ovmf").and_then(|()| file(OVMF_VARS, "ovmf")),
         // The host tools of `nubo image bootstrap`, and root or mmdebstrap's unshare mode.
         "bootstrap" => nubo_bootstrap::Host::probe().map(|_| ()).map_err(|e| e.to_string()),
+        // The shared Cloud Hypervisor build (no registry ships it) and a /dev/kvm it can use.
+        "cloud-hypervisor" => cloud_hypervisor_binary().and_then(|_| {
+            if Path::new("/dev/kvm").exists() {
+                Ok(())
+            } else {
+                Err("/dev/kvm does not exist: Cloud Hypervisor needs KVM".to_owned())
+            }
+        }),
+        // vm.snapshot saves vCPU state with KVM_GET_NESTED_STATE, which kvm_pvm refuses.
+        "ch-snapshot" => probe("cloud-hypervisor").and_then(|()| not_pvm("Cloud Hypervisor's vm.snapshot fails on it (\"Could not get vCPU state GetNestedState(Invalid argument)\"): kvm_pvm does not implement KVM_GET_NESTED_STATE")),
+        // A stock distro kernel (cloud-init's guest) hangs under PVM.
+        "ch-kvm" => probe("cloud-hypervisor").and_then(|()| not_pvm("stock distro kernels hang under PVM, so a cloud-init guest cannot boot on Cloud Hypervisor here")),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }
@@ -86,4 +98,52 @@ pub fn pycdlib_python() -> Result<String, String> {
         }
     }
     Err("no python3 can `import pycdlib`: install python3-pycdlib".to_owned())
+}
+
+/// The environment variable that names a Cloud Hypervisor binary for the live tests.
+pub const CLOUD_HYPERVISOR_ENV: &str = "NUBO_CLOUD_HYPERVISOR";
+
+/// The Cloud Hypervisor binary the live tests use: `$NUBO_CLOUD_HYPERVISOR`, else
+/// `cloud-hypervisor` on PATH, else the shared build beside the repository
+/// (`../shared/tools/cloud-hypervisor/`), else the same at `/work/shared/tools/` (where it lives
+/// on the machines this project is built on, whatever directory CI clones into).
+pub fn cloud_hypervisor_binary() -> Result<std::path::PathBuf, String> {
+    if let Some(p) = std::env::var_os(CLOUD_HYPERVISOR_ENV).filter(|v| !v.is_empty()) {
+        let p = std::path::PathBuf::from(p);
+        return if is_executable(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "{CLOUD_HYPERVISOR_ENV}={} is not an executable file",
+                p.display()
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(p) = std::env::split_paths(&path)
+        .map(|d| d.join("cloud-hypervisor"))
+        .find(|p| is_executable(p))
+    {
+        return Ok(p);
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let shared = [
+        repo.join("../shared/tools/cloud-hypervisor/cloud-hypervisor"),
+        std::path::PathBuf::from("/work/shared/tools/cloud-hypervisor/cloud-hypervisor"),
+    ];
+    shared.iter().find(|p| is_executable(p)).cloned().ok_or_else(|| {
+        format!(
+            "no Cloud Hypervisor: not in {CLOUD_HYPERVISOR_ENV}, not on PATH, not at {} or {} (no package registry ships it: put a release binary on PATH)",
+            shared[0].display(),
+            shared[1].display()
+        )
+    })
+}
+
+fn not_pvm(why: &str) -> Result<(), String> {
+    if Path::new("/sys/module/kvm_pvm").exists() {
+        Err(format!("this host's /dev/kvm is PVM (kvm_pvm): {why}"))
+    } else {
+        Ok(())
+    }
 }

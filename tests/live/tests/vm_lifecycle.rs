@@ -882,6 +882,9 @@ fn microvm() -> TestResult {
             "debian:12",
             "--machine",
             "microvm",
+            // QEMU's microvm machine: the heuristic would pick cloud-hypervisor where installed.
+            "--backend",
+            "qemu",
             "--hostname",
             &hostname,
             "--restrict-network",

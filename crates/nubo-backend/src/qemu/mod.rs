@@ -10,6 +10,7 @@ pub mod options;
 pub mod probe;
 pub mod qmp;
 pub mod render;
+pub mod snapshot;
 pub mod state;
 
 use std::fs;
@@ -29,11 +30,13 @@ use self::options::{Accel, Machine};
 use self::state::{check_socket_path, QemuState};
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
-    Backend, BackendError, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, HostCheck, Launch, Probe,
-    Reach, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, HostCheck,
+    Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 pub const BINARY: &str = "qemu-system-x86_64";
+/// Snapshots of a stopped VM's overlay.
+pub const QEMU_IMG: &str = "qemu-img";
 /// How long a QMP exchange may take before the VMM counts as unresponsive.
 const QMP_TIMEOUT: Duration = Duration::from_secs(5);
 /// What QEMU says when the SSH forward's port was taken between nubo's check and its bind.
@@ -45,6 +48,7 @@ pub const USER_NET_GUEST_ADDR: &str = "10.0.2.15";
 
 pub struct QemuBackend {
     pub binary: String,
+    pub qemu_img: String,
     /// Where to look for `kvm_pvm` and `/dev/kvm` (overridable for tests).
     pub sys_module: PathBuf,
     pub dev_kvm: PathBuf,
@@ -54,6 +58,7 @@ impl Default for QemuBackend {
     fn default() -> Self {
         QemuBackend {
             binary: BINARY.into(),
+            qemu_img: QEMU_IMG.into(),
             sys_module: "/sys/module".into(),
             dev_kvm: "/dev/kvm".into(),
         }
@@ -66,10 +71,20 @@ impl QemuBackend {
     }
 
     fn qmp(&self, name: &str, st: &QemuState) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
+        self.qmp_with(name, st, QMP_TIMEOUT)
+    }
+
+    /// A QMP connection whose replies may take up to `timeout` (snapshot jobs run in QEMU's
+    /// main loop, which answers nothing until the VM state is written).
+    fn qmp_with(
+        &self,
+        name: &str,
+        st: &QemuState,
+        timeout: Duration,
+    ) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
         let what = || format!("QMP socket {} of VM `{name}`", st.qmp_socket.display());
         let s = UnixStream::connect(&st.qmp_socket).map_err(BackendError::io(what()))?;
-        s.set_read_timeout(Some(QMP_TIMEOUT))
-            .map_err(BackendError::io(what()))?;
+        s.set_read_timeout(Some(timeout)).map_err(BackendError::io(what()))?;
         s.set_write_timeout(Some(QMP_TIMEOUT))
             .map_err(BackendError::io(what()))?;
         let r = s.try_clone().map_err(BackendError::io(what()))?;
@@ -86,6 +101,124 @@ impl QemuBackend {
             what: format!("VM `{}`", vm.name),
             detail: e.to_string(),
         })
+    }
+
+    /// Starts QEMU; with `paused` it starts with `-S` (no guest code runs until `cont`), for a
+    /// restore of a memory snapshot onto a stopped VM.
+    fn boot_with(
+        &self,
+        spec: &MachineSpec,
+        state: &mut serde_json::Value,
+        paused: bool,
+    ) -> Result<BootInfo, BackendError> {
+        let mut st = QemuState::from_value(&spec.name, state)?;
+        for p in st.sockets() {
+            check_socket_path(p)?;
+        }
+        if live_pid(&st.pid_file, &spec.uuid).is_some() {
+            return Err(BackendError::AlreadyRunning {
+                name: spec.name.clone(),
+            });
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&st.run_dir)
+            .map_err(BackendError::io(format!("creating {}", st.run_dir.display())))?;
+        remove_runtime_files(&st)?;
+        rotate_console(&st.console_log).map_err(BackendError::io(format!(
+            "rotating the console log {}",
+            st.console_log.display()
+        )))?;
+        let o = options::parse(spec.machine, &spec.options)?;
+        let (accel, accel_reason) = probe::resolve_accel(o.accel, &self.kvm())?;
+        let opts = options::QemuOptions { accel, ..o };
+        let tsc_khz = (opts.machine == Machine::Microvm && accel == Accel::Tcg)
+            .then(probe::host_tsc_khz)
+            .flatten();
+        let networked = spec.network != NetworkMode::None;
+        for attempt in 1..=PORT_ATTEMPTS {
+            if networked && st.ssh_port.is_none_or(|p| !port_free(p)) {
+                st.ssh_port = Some(free_port()?);
+            }
+            let mut argv = render::argv(&self.binary, spec, &st, opts, tsc_khz)?;
+            if paused {
+                argv.push(render::START_PAUSED.into());
+            }
+            match self.launch(&argv, spec, &st)? {
+                Some(pid) => {
+                    *state = st.to_value();
+                    return Ok(BootInfo {
+                        pid: Some(pid.as_raw() as u32),
+                        launch: Launch::Argv(argv),
+                        notes: vec![format!("accelerator: {accel_reason}")],
+                    });
+                }
+                // Another program took the port between our check and QEMU's bind.
+                None if attempt < PORT_ATTEMPTS => st.ssh_port = None,
+                None => {}
+            }
+        }
+        Err(BackendError::PortInUse {
+            port: st.ssh_port.unwrap_or_default(),
+            fix: format!("{PORT_ATTEMPTS} free ports were taken before QEMU could bind them; retry the command"),
+        })
+    }
+
+    /// Runs a snapshot job on the running VM's overlay, after settling any a killed nubo left.
+    fn snapshot_job(
+        &self,
+        name: &str,
+        st: &QemuState,
+        kind: snapshot::JobKind,
+        tag: &str,
+    ) -> Result<(snapshot::JobDone, qmp::Qmp<BufReader<UnixStream>, UnixStream>), BackendError> {
+        let remote = |e: snapshot::JobError| BackendError::Remote {
+            what: format!("snapshot `{tag}` of VM `{name}`"),
+            detail: e.to_string(),
+        };
+        let mut q = self.qmp_with(name, st, snapshot::JOB_TIMEOUT)?;
+        snapshot::settle_stale_jobs(&mut q, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(remote)?;
+        let id = format!("{}{}", snapshot::JOB_PREFIX, std::process::id());
+        let done =
+            snapshot::run_job(&mut q, kind, &id, tag, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(remote)?;
+        Ok((done, q))
+    }
+
+    /// `qemu-img snapshot` on a stopped VM's overlay.
+    fn snapshot_img(&self, spec: &MachineSpec, action: snapshot::ImgAction, tag: &str) -> Result<(), BackendError> {
+        let argv = snapshot::qemu_img_argv(&self.qemu_img, action, &spec.disk.overlay, tag);
+        let out = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => BackendError::Unavailable {
+                    backend: "qemu",
+                    why: format!("`{}` is not installed: install the qemu-utils package", self.qemu_img),
+                },
+                _ => BackendError::Io {
+                    what: format!("running {}", self.qemu_img),
+                    source: e,
+                },
+            })?;
+        if !out.status.success() {
+            return Err(BackendError::Remote {
+                what: format!("snapshot `{tag}` of VM `{}` ({})", spec.name, argv[1..].join(" ")),
+                detail: nubo_core::file::escape_control(String::from_utf8_lossy(&out.stderr).trim()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Loads memory snapshot `tag` into the VM QEMU just started with -S, then runs it.
+    fn load_into_fresh(&self, spec: &MachineSpec, st: &QemuState, tag: &str) -> Result<(), BackendError> {
+        let (_, mut q) = self.snapshot_job(&spec.name, st, snapshot::JobKind::Load, tag)?;
+        q.execute("cont", None).map_err(|e| BackendError::Remote {
+            what: format!("resuming VM `{}` after restoring snapshot `{tag}`", spec.name),
+            detail: e.to_string(),
+        })?;
+        Ok(())
     }
 
     /// Runs QEMU once; `Ok(None)` when the SSH forward's port was taken meanwhile.
@@ -277,7 +410,7 @@ impl Backend for QemuBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            snapshot: false,
+            snapshot: true,
             pause: true,
             direct_kernel: true,
             efi: probe::find_ovmf().is_some(),
@@ -348,55 +481,7 @@ impl Backend for QemuBackend {
     }
 
     fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError> {
-        let mut st = QemuState::from_value(&spec.name, state)?;
-        for p in st.sockets() {
-            check_socket_path(p)?;
-        }
-        if live_pid(&st.pid_file, &spec.uuid).is_some() {
-            return Err(BackendError::AlreadyRunning {
-                name: spec.name.clone(),
-            });
-        }
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&st.run_dir)
-            .map_err(BackendError::io(format!("creating {}", st.run_dir.display())))?;
-        remove_runtime_files(&st)?;
-        rotate_console(&st.console_log).map_err(BackendError::io(format!(
-            "rotating the console log {}",
-            st.console_log.display()
-        )))?;
-        let o = options::parse(spec.machine, &spec.options)?;
-        let (accel, accel_reason) = probe::resolve_accel(o.accel, &self.kvm())?;
-        let opts = options::QemuOptions { accel, ..o };
-        let tsc_khz = (opts.machine == Machine::Microvm && accel == Accel::Tcg)
-            .then(probe::host_tsc_khz)
-            .flatten();
-        let networked = spec.network != NetworkMode::None;
-        for attempt in 1..=PORT_ATTEMPTS {
-            if networked && st.ssh_port.is_none_or(|p| !port_free(p)) {
-                st.ssh_port = Some(free_port()?);
-            }
-            let argv = render::argv(&self.binary, spec, &st, opts, tsc_khz)?;
-            match self.launch(&argv, spec, &st)? {
-                Some(pid) => {
-                    *state = st.to_value();
-                    return Ok(BootInfo {
-                        pid: Some(pid.as_raw() as u32),
-                        launch: Launch::Argv(argv),
-                        notes: vec![format!("accelerator: {accel_reason}")],
-                    });
-                }
-                // Another program took the port between our check and QEMU's bind.
-                None if attempt < PORT_ATTEMPTS => st.ssh_port = None,
-                None => {}
-            }
-        }
-        Err(BackendError::PortInUse {
-            port: st.ssh_port.unwrap_or_default(),
-            fix: format!("{PORT_ATTEMPTS} free ports were taken before QEMU could bind them; retry the command"),
-        })
+        self.boot_with(spec, state, false)
     }
 
     fn state(&self, vm: &VmRef) -> Result<VmState, BackendError> {
@@ -405,7 +490,8 @@ impl Backend for QemuBackend {
             return Ok(VmState::Stopped);
         }
         // A live process whose QMP does not answer is still a running VMM (busy, or wedged);
-        // `stop --force` deals with it.
+        // `stop --force` deals with it. `prelaunch` is a VM started with -S whose restore was
+        // interrupted, `restore-vm` one being restored: neither runs guest code.
         let status = self.qmp(vm.name, &st).and_then(|mut q| {
             q.status().map_err(|e| BackendError::Remote {
                 what: vm.name.to_owned(),
@@ -413,7 +499,7 @@ impl Backend for QemuBackend {
             })
         });
         Ok(match status.as_deref() {
-            Ok("paused") | Ok("suspended") => VmState::Paused,
+            Ok("paused") | Ok("suspended") | Ok("prelaunch") | Ok("restore-vm") => VmState::Paused,
             _ => VmState::Running,
         })
     }
@@ -494,6 +580,114 @@ impl Backend for QemuBackend {
 
     fn pause(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.command(vm, "stop")
+    }
+
+    fn snapshot_create(&self, vm: &VmRef, spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
+        let st = QemuState::of(vm)?;
+        let frozen = if live_pid(&st.pid_file, vm.uuid).is_some() {
+            let (done, _) = self.snapshot_job(vm.name, &st, snapshot::JobKind::Save, name)?;
+            // No STOP/RESUME pair: the guest was paused already; the job's length bounds it.
+            Some(done.frozen.unwrap_or(done.elapsed))
+        } else {
+            self.snapshot_img(spec, snapshot::ImgAction::Create, name)?;
+            None
+        };
+        let snapshot = snapshot::table(vm.name, &spec.disk.overlay)?
+            .into_iter()
+            .rev()
+            .find(|s| s.name == name)
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("snapshot `{name}` of VM `{}`", vm.name),
+                detail: "QEMU reported success but the overlay's snapshot table does not hold it".into(),
+            })?;
+        Ok(SnapshotTaken { snapshot, frozen })
+    }
+
+    fn snapshot_list(&self, _vm: &VmRef, spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+        snapshot::table(&spec.name, &spec.disk.overlay)
+    }
+
+    fn snapshot_delete(&self, vm: &VmRef, spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
+        let st = QemuState::of(vm)?;
+        let live = live_pid(&st.pid_file, vm.uuid).is_some();
+        if live {
+            // A save a killed nubo started may still be running: the table is only truthful
+            // once it concluded (settled again, harmlessly, by the delete job itself).
+            let mut q = self.qmp_with(vm.name, &st, snapshot::JOB_TIMEOUT)?;
+            snapshot::settle_stale_jobs(&mut q, snapshot::JOB_TIMEOUT, snapshot::JOB_POLL).map_err(|e| {
+                BackendError::Remote {
+                    what: format!("snapshot `{name}` of VM `{}`", vm.name),
+                    detail: e.to_string(),
+                }
+            })?;
+        }
+        if !snapshot::table(vm.name, &spec.disk.overlay)?
+            .iter()
+            .any(|s| s.name == name)
+        {
+            return Ok(());
+        }
+        if live {
+            self.snapshot_job(vm.name, &st, snapshot::JobKind::Delete, name)
+                .map(|_| ())
+        } else {
+            self.snapshot_img(spec, snapshot::ImgAction::Delete, name)
+        }
+    }
+
+    fn snapshot_restore(
+        &self,
+        spec: &MachineSpec,
+        state: &mut serde_json::Value,
+        name: &str,
+    ) -> Result<Restored, BackendError> {
+        let st = QemuState::from_value(&spec.name, state)?;
+        let snap = snapshot::table(&spec.name, &spec.disk.overlay)?
+            .into_iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| {
+                BackendError::InvalidSpec(format!(
+                    "snapshot `{name}` is not in the overlay of VM `{}`: `nubo vm snapshot ls {}` lists what it holds",
+                    spec.name, spec.name
+                ))
+            })?;
+        if live_pid(&st.pid_file, &spec.uuid).is_some() {
+            if !snap.has_memory {
+                return Err(BackendError::InvalidSpec(format!(
+                    "snapshot `{name}` of VM `{0}` holds no memory (it was taken while the VM was stopped), so it cannot replace a running guest: stop the VM (`nubo vm stop {0}`) and restore it again to revert the disk",
+                    spec.name
+                )));
+            }
+            let before = self.qmp(&spec.name, &st)?.status().map_err(|e| BackendError::Remote {
+                what: format!("VM `{}`", spec.name),
+                detail: e.to_string(),
+            })?;
+            let (_, mut q) = self.snapshot_job(&spec.name, &st, snapshot::JobKind::Load, name)?;
+            // QEMU restarts a guest that was running; one a killed restore left in prelaunch
+            // was meant to run too. A guest the user paused stays paused.
+            let run = matches!(before.as_str(), "running" | "prelaunch");
+            let remote = |e: qmp::QmpError| BackendError::Remote {
+                what: format!("resuming VM `{}` after restoring snapshot `{name}`", spec.name),
+                detail: e.to_string(),
+            };
+            if run && q.status().map_err(remote)? != "running" {
+                q.execute("cont", None).map_err(remote)?;
+            }
+            return Ok(Restored::Running);
+        }
+        if !snap.has_memory {
+            self.snapshot_img(spec, snapshot::ImgAction::Apply, name)?;
+            return Ok(Restored::DiskOnly);
+        }
+        let info = self.boot_with(spec, state, true)?;
+        let st = QemuState::from_value(&spec.name, state)?;
+        if let Err(e) = self.load_into_fresh(spec, &st, name) {
+            // Nothing ran: leave the VM stopped, as it was.
+            let _ = kill_now(&spec.name, &st, &spec.uuid);
+            let _ = remove_runtime_files(&st);
+            return Err(e);
+        }
+        Ok(Restored::Started(info))
     }
 
     fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {

@@ -88,6 +88,15 @@ impl<R: BufRead, W: Write> Qmp<R, W> {
         Ok(r.get("status").and_then(Value::as_str).unwrap_or("unknown").to_owned())
     }
 
+    /// What was sent so far (tests over an in-memory writer).
+    #[cfg(test)]
+    pub(crate) fn writer_bytes(&self) -> &[u8]
+    where
+        W: AsRef<[u8]>,
+    {
+        self.writer.as_ref()
+    }
+
     fn read_message(&mut self) -> Result<Value, QmpError> {
         let mut buf = Vec::new();
         loop {

@@ -36,6 +36,10 @@ pub const MICROVM_CMDLINE: &str = "tsc=reliable";
 /// setsid after the filter is installed); nubo needs `-daemonize` to see start-up errors.
 pub const SANDBOX: &str = "on,obsolete=deny,resourcecontrol=deny";
 
+/// Appended for a restore of a memory snapshot onto a stopped VM: QEMU starts with the guest
+/// stopped (`prelaunch`), nubo loads the snapshot over QMP, then sends `cont`.
+pub const START_PAUSED: &str = "-S";
+
 /// A value inside QEMU's `key=value,...` option syntax: a comma is doubled so a path holding
 /// one cannot add options of its own.
 fn opt(p: &std::path::Path) -> String {

@@ -38,6 +38,53 @@ pub enum VmCmd {
     Inspect(NameArgs),
     /// Show, set or clear the backend new VMs use by default
     DefaultBackend(DefaultBackendArgs),
+    /// Snapshots of a VM: disk and memory while it runs, disk only while it is stopped
+    #[command(subcommand)]
+    Snapshot(SnapshotCmd),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum SnapshotCmd {
+    /// Take a snapshot (a running VM pauses while its memory is written; the time is reported)
+    Create(SnapshotCreateArgs),
+    /// List a VM's snapshots, cross-checked against what its disk really holds
+    #[command(alias = "list")]
+    Ls(SnapshotLsArgs),
+    /// Remove snapshots (the VM itself is untouched)
+    #[command(alias = "delete")]
+    Rm(SnapshotRmArgs),
+    /// Return the VM to a snapshot (a memory snapshot restored onto a stopped VM starts it)
+    #[command(alias = "revert")]
+    Restore(SnapshotRestoreArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotCreateArgs {
+    pub name: String,
+    /// Snapshot name (default: `snap-<date>-<time>`): letters, digits, `.`, `_`, `-`, at most 64
+    pub snapshot: Option<String>,
+    #[arg(long)]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotLsArgs {
+    pub name: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotRmArgs {
+    pub name: String,
+    #[arg(required = true)]
+    pub snapshots: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct SnapshotRestoreArgs {
+    pub name: String,
+    pub snapshot: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -87,7 +134,7 @@ pub struct CreateArgs {
     /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
     #[arg(long)]
     pub disk: Option<PathBuf>,
-    /// Backend: `qemu` (see `nubo vm default-backend` and NUBO_VM_BACKEND)
+    /// Backend: `qemu` or `cloud-hypervisor` (`ch`) (see `nubo vm default-backend` and NUBO_VM_BACKEND)
     #[arg(long)]
     pub backend: Option<String>,
     #[arg(long)]

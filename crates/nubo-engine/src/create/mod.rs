@@ -242,7 +242,15 @@ impl Engine {
         let (_, nubo_key) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
         // Built in memory now: a seed that cannot be built fails before anything is written.
         let seed = match &plan.seed {
-            SeedPlan::Generated => Some(seed::build(spec, &uuid, &plan.hostname, &nubo_key)?),
+            SeedPlan::Generated => {
+                // A backend whose network has no DHCP (Cloud Hypervisor's tap) gives the
+                // guest's address here, for the seed's network-config.
+                let net = self
+                    .registry
+                    .resolve(plan.backend)?
+                    .guest_network(&self.machine_spec(&plan, &uuid, None));
+                Some(seed::build(spec, &uuid, &plan.hostname, &nubo_key, net.as_ref())?)
+            }
             _ => None,
         };
         let lock = self.lock(&name)?;
@@ -375,6 +383,8 @@ impl Engine {
             },
             launch: None,
             notes: Vec::new(),
+            snapshots: Vec::new(),
+            current_snapshot: None,
         };
         // The record comes first: from here on, an interrupted create is found and converged.
         // It need not be durable yet: after a power loss there is no VMM to converge.

@@ -16,7 +16,15 @@ pub struct SeedBytes {
 /// The NoCloud seed for `spec`: instance-id = the VM's UUID, local-hostname = `hostname`.
 /// User-data is passed through byte for byte; without any, nubo generates `#cloud-config`
 /// with the hostname and keys. nubo's key rides in vendor-data when the user brings user-data.
-pub fn build(spec: &VmSpec, uuid: &str, hostname: &str, nubo_key: &str) -> Result<SeedBytes, EngineError> {
+/// `net` is the backend's static guest address (no DHCP on its network): it becomes the
+/// network-config unless the user gave one.
+pub fn build(
+    spec: &VmSpec,
+    uuid: &str,
+    hostname: &str,
+    nubo_key: &str,
+    net: Option<&nubo_backend::GuestNetwork>,
+) -> Result<SeedBytes, EngineError> {
     let ci = &spec.cloud_init;
     let mut keys = ci.ssh_keys.clone();
     keys.push(nubo_key.to_owned());
@@ -49,10 +57,19 @@ pub fn build(spec: &VmSpec, uuid: &str, hostname: &str, nubo_key: &str) -> Resul
         instance_id: uuid.to_owned(),
         local_hostname: hostname.to_owned(),
         user_data: Some(user_data),
-        network_config: ci
-            .network_config
-            .as_ref()
-            .map(|n| n.content().unwrap_or_default().to_vec()),
+        network_config: match (&ci.network_config, net) {
+            (Some(n), net) => {
+                if let Some(g) = net {
+                    notes.push(format!(
+                        "your network-config is used as is: the backend's address {} for MAC {} (no DHCP on its network) is not applied",
+                        g.address, g.mac
+                    ));
+                }
+                Some(n.content().unwrap_or_default().to_vec())
+            }
+            (None, Some(g)) => Some(nubo_seed::render_network_config_static(&g.mac, &g.address, &g.gateway)?),
+            (None, None) => None,
+        },
         vendor_data,
     };
     Ok(SeedBytes {

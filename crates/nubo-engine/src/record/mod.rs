@@ -69,6 +69,47 @@ pub struct VmRecord {
     /// What the backend said at the last boot (`accelerator: TCG, because ...`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The snapshots nubo took, oldest first; the backend's own table is the truth of what
+    /// exists, and `snapshot ls` cross-checks the two. Absent in records written before
+    /// snapshots (still schema 2: older nubos ignore the field).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<SnapshotRecord>,
+    /// The snapshot the VM's disk (and memory) currently descend from: the last one taken or
+    /// restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_snapshot: Option<String>,
+}
+
+/// One snapshot as nubo recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotRecord {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// RFC 3339 UTC, when nubo started taking it.
+    pub created: String,
+    /// `creating` until the backend finished: a command killed in between leaves it so, and
+    /// `snapshot ls` shows it as incomplete (removable with `snapshot rm`).
+    pub phase: SnapshotPhase,
+    pub has_memory: bool,
+    #[serde(default)]
+    pub vm_state_size: u64,
+    /// The machine its memory state belongs to: a memory restore onto another is refused.
+    pub vcpus: u32,
+    pub memory_mib: u64,
+    /// The snapshot the VM descended from when this one was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// How long the guest was paused for it, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SnapshotPhase {
+    Creating,
+    Complete,
 }
 
 impl VmRecord {

@@ -259,6 +259,8 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
             .into_iter()
             .map(|r| format!("accelerator: {r}"))
             .collect(),
+        snapshots: Vec::new(),
+        current_snapshot: None,
     })
 }
 

@@ -6,6 +6,7 @@ mod inspect;
 mod lifecycle;
 mod logs;
 mod ls;
+mod snapshot;
 mod ssh;
 
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::SshKey => ssh::key(&engine),
         VmCmd::Inspect(a) => inspect::run(&a.name, &engine),
         VmCmd::DefaultBackend(a) => lifecycle::default_backend(&a, &engine),
+        VmCmd::Snapshot(c) => snapshot::run(c, &engine),
     }
 }
 
