@@ -27,6 +27,8 @@ pub struct Settings {
     /// Credentials nubo reads but never writes: `$REGISTRY_AUTH_FILE` (containers' tools), then
     /// `$DOCKER_CONFIG/config.json` or `~/.docker/config.json`.
     pub foreign_auth_files: Vec<PathBuf>,
+    /// `HOME`: what `~/` stands for in a manifest's paths.
+    pub home: Option<PathBuf>,
 }
 
 impl Settings {
@@ -65,6 +67,7 @@ impl Settings {
             ssl_cert_file: var("SSL_CERT_FILE").map(PathBuf::from),
             auth_file,
             foreign_auth_files,
+            home: env.home.clone(),
         })
     }
 }

@@ -3,6 +3,7 @@
 //! VMs through the [`nubo_backend::Backend`] trait, owns the VM records and locks, and proves
 //! readiness from the guest's own console.
 
+pub mod apply;
 pub mod create;
 pub mod error;
 pub mod host;

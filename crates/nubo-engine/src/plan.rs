@@ -46,6 +46,8 @@ pub struct Plan {
     pub name: String,
     pub backend: &'static str,
     pub backend_reason: String,
+    /// Which precedence rule chose the backend.
+    pub backend_source: nubo_backend::Source,
     pub base: Base,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<crate::record::ImageUse>,
@@ -209,6 +211,7 @@ pub fn decide(
             name: spec.name.to_string(),
             backend: backend.id(),
             backend_reason: format!("backend {} (chosen by {})", backend.id(), selection.source.describe()),
+            backend_source: selection.source,
             base: facts.base.clone(),
             image: image.map(|i| crate::record::ImageUse {
                 reference: i.reference.clone(),

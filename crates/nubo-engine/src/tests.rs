@@ -379,6 +379,66 @@ fn wave1_record_migrates_and_starts_through_new_seam() {
     assert_eq!(saved.schema, crate::record::SCHEMA);
 }
 
+#[test]
+fn observe_missing_same_different() {
+    let t = fake();
+    let s = spec(&t, "web");
+    let missing = t.engine.observe(&s).unwrap();
+    t.engine.create(&s, &mut quiet()).unwrap();
+    let mut changed = s.clone();
+    changed.resources.memory = Some(ByteSize(512 << 20));
+
+    let (same, different) = (t.engine.observe(&s).unwrap(), t.engine.observe(&changed).unwrap());
+
+    assert_eq!(missing, crate::apply::Observed::Missing);
+    assert_eq!(same, crate::apply::Observed::Same);
+    assert_eq!(
+        different,
+        crate::apply::Observed::Different(vec!["spec.resources.memory: 256M -> 512M".into()])
+    );
+}
+
+/// Every path under `p` with its mode and content: two equal snapshots mean nothing changed.
+fn snapshot(p: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut todo = vec![p.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&d) else { continue };
+        let content = if m.is_file() {
+            std::fs::read(&d).unwrap()
+        } else {
+            Vec::new()
+        };
+        out.push((d.clone(), m.permissions().mode(), content));
+        if m.is_dir() {
+            todo.extend(std::fs::read_dir(&d).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn dry_run_and_observe_leave_state_roots_byte_identical() {
+    let t = fake();
+    t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+    let (root, run) = (t.engine.roots.root.clone(), t.engine.roots.run_dir.clone());
+    let before = (snapshot(&root), snapshot(&run));
+    let mut image = spec(&t, "db");
+    image.source = DiskSource::Image {
+        reference: "debian:12".into(),
+    };
+
+    t.engine.dry_run(&spec(&t, "api")).unwrap();
+    let _ = t.engine.dry_run(&image);
+    t.engine.observe(&spec(&t, "web")).unwrap();
+    t.engine.check_references(&image).unwrap();
+
+    assert_eq!((snapshot(&root), snapshot(&run)), before);
+    assert!(!root.join("images").exists(), "a dry run made the image store");
+}
+
 fn micro_caps() -> Capabilities {
     Capabilities {
         direct_kernel: true,

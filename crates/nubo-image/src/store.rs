@@ -166,6 +166,12 @@ impl ImageStore {
         Ok(ImageStore { dir: dir.to_path_buf() })
     }
 
+    /// The store at `dir` for reading only: nothing is created, and a store that does not
+    /// exist yet reads as empty. Dry runs plan through it, so they write nothing.
+    pub fn open_read_only(dir: &Path) -> Self {
+        ImageStore { dir: dir.to_path_buf() }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }

@@ -1,7 +1,9 @@
 //! clap definitions only; execution lives in `commands/`.
 
+pub mod apply;
 pub mod bootstrap;
 pub mod image;
+pub mod manifest;
 pub mod registry;
 pub mod seed;
 pub mod vm;
@@ -34,6 +36,13 @@ pub enum Command {
     /// Create and manage virtual machines
     #[command(subcommand)]
     Vm(vm::VmCmd),
+    /// Create or converge the VMs manifests describe (`-f FILE|DIR|-`)
+    Apply(apply::ApplyArgs),
+    /// Remove the VMs manifests name
+    Delete(apply::DeleteArgs),
+    /// Validate manifests, or print their JSON Schema
+    #[command(subcommand)]
+    Manifest(manifest::ManifestCmd),
     /// Check this host's prerequisites, each with the package that fixes it
     Doctor(DoctorArgs),
     /// Print a shell completion script

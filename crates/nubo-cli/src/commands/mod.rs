@@ -1,9 +1,12 @@
 //! One module per verb. `run` dispatches.
 
+mod apply;
 mod bootstrap;
 mod completions;
+mod delete;
 mod doctor;
 pub(crate) mod image;
+pub(crate) mod manifest;
 pub(crate) mod registry;
 mod seed;
 mod vm;
@@ -19,6 +22,9 @@ pub fn run(cli: Cli, settings: &Settings) -> anyhow::Result<()> {
         Command::Registry(cmd) => registry::run(cmd, settings),
         Command::Seed(cmd) => seed::run(cmd, settings),
         Command::Vm(cmd) => vm::run(cmd, settings),
+        Command::Apply(a) => apply::run(&a, settings),
+        Command::Delete(a) => delete::run(&a, settings),
+        Command::Manifest(cmd) => manifest::run(cmd, settings),
         Command::Doctor(a) => doctor::run(&a, settings),
         Command::Completions(a) => completions::run(&a),
     }

@@ -84,7 +84,12 @@ impl Engine {
                     }
                     Err(e) => return Err(EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string())),
                 };
-                let store = ImageStore::open(&self.roots.images())?;
+                // A dry run writes nothing, not even the store's empty directories.
+                let store = if pull {
+                    ImageStore::open(&self.roots.images())?
+                } else {
+                    ImageStore::open_read_only(&self.roots.images())
+                };
                 match store.get(&r)? {
                     Some(rec) => Some(rec),
                     None if nubo_image::catalog::lookup(&r).is_some() => {

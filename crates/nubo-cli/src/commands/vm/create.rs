@@ -265,4 +265,211 @@ mod tests {
 
         assert_eq!(keys.len(), 2);
     }
+
+    // -----------------------------------------------------------------------------------------
+    // The same VM from flags and from a manifest: the two paths produce equal specs (issue 13).
+
+    use clap::Parser;
+
+    fn from_flags(args: &[&str]) -> VmSpec {
+        let argv = ["nubo", "vm", "create"].iter().chain(args);
+        let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+        let crate::cli::Command::Vm(crate::cli::vm::VmCmd::Create(a)) = cli.command else {
+            panic!("not vm create")
+        };
+        spec(&a).unwrap()
+    }
+
+    fn from_manifest(dir: &Path, body: &str) -> VmSpec {
+        let text =
+            format!("apiVersion: nubo.dev/v1alpha1\nkind: VirtualMachine\nmetadata:\n  name: web\nspec:\n{body}");
+        let src = nubo_manifest::Source {
+            file: "vm.yaml".into(),
+            dir: dir.to_path_buf(),
+            bytes: text.into_bytes(),
+        };
+        let files = nubo_manifest::HostFiles { home: None };
+        let mut l = nubo_manifest::read_all(&[src], &files).unwrap_or_else(|e| panic!("{e}"));
+        l.remove(0).spec
+    }
+
+    fn same(flags: VmSpec, manifest: VmSpec) {
+        assert_eq!(flags.differences(&manifest), Vec::<String>::new());
+        assert_eq!(flags, manifest);
+    }
+
+    struct Dir {
+        dir: tempfile::TempDir,
+    }
+
+    impl Dir {
+        fn new() -> Dir {
+            let dir = tempfile::tempdir().unwrap();
+            let w = |n: &str, c: &str| std::fs::write(dir.path().join(n), c).unwrap();
+            w("user-data", "#cloud-config\nruncmd: [true]\n");
+            w("net.yaml", "version: 2\n");
+            w("keys.pub", "ssh-ed25519 AAAAfile a\nssh-rsa AAAArsa b\n");
+            for f in ["base.qcow2", "vmlinuz", "initrd", "seed.iso", "CODE.fd"] {
+                w(f, "x");
+            }
+            Dir { dir }
+        }
+
+        fn p(&self, name: &str) -> String {
+            self.dir.path().join(name).display().to_string()
+        }
+    }
+
+    #[test]
+    fn parity_image_resources_cloud_init_backend_user() {
+        let d = Dir::new();
+
+        let flags = from_flags(&[
+            "web",
+            "--image",
+            "debian:12",
+            "--vcpus",
+            "2",
+            "--memory",
+            "2G",
+            "--disk-size",
+            "20G",
+            "--hostname",
+            "web-1",
+            "--ssh-key",
+            "ssh-ed25519 AAAAinline me",
+            "--backend",
+            "qemu",
+            "--ssh-user",
+            "debian",
+            "--restrict-network",
+            "--wait",
+            "--boot-timeout",
+            "5m",
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            "  image: debian:12\n  resources: { vcpus: 2, memory: 2G, diskSize: 20G }\n  cloudInit:\n    hostname: web-1\n    sshKeys: [\"ssh-ed25519 AAAAinline me\"]\n  backend: qemu\n  sshUser: debian\n  network: restricted\n  bootTimeout: 5m\n",
+        );
+
+        assert_eq!(flags.boot_timeout, manifest.boot_timeout);
+        same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_disk_kernel_microvm_accel() {
+        let d = Dir::new();
+
+        let flags = from_flags(&[
+            "web",
+            "--disk",
+            &d.p("base.qcow2"),
+            "--kernel",
+            &d.p("vmlinuz"),
+            "--initrd",
+            &d.p("initrd"),
+            "--cmdline",
+            "root=/dev/vda1 console=ttyS0",
+            "--machine",
+            "microvm",
+            "--accel",
+            "tcg",
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            "  disk: ./base.qcow2\n  boot:\n    kernel: vmlinuz\n    initrd: ./initrd\n    cmdline: root=/dev/vda1 console=ttyS0\n  machine: microvm\n  overrides: { qemu: { accel: tcg } }\n",
+        );
+
+        same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_url_checksum_allow_http() {
+        let d = Dir::new();
+        let sum = format!("sha256:{}", "b".repeat(64));
+
+        let flags = from_flags(&[
+            "web",
+            "--url-img",
+            "http://mirror.example/x.qcow2",
+            "--checksum",
+            &sum,
+            "--allow-http",
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            &format!("  url: http://mirror.example/x.qcow2\n  checksum: {sum}\n  allowHttp: true\n"),
+        );
+
+        same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_url_insecure_firmware_path() {
+        let d = Dir::new();
+
+        let flags = from_flags(&[
+            "web",
+            "--url-img",
+            "https://mirror.example/x.qcow2",
+            "--insecure-no-checksum",
+            "--firmware",
+            &d.p("CODE.fd"),
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            "  url: https://mirror.example/x.qcow2\n  insecureNoChecksum: true\n  firmware: ./CODE.fd\n",
+        );
+
+        same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_efi_q35_user_data_network_config_key_file() {
+        let d = Dir::new();
+        let at_keys = format!("@{}", d.p("keys.pub"));
+
+        let flags = from_flags(&[
+            "web",
+            "--image",
+            "debian:12",
+            "--firmware",
+            "efi",
+            "--machine",
+            "q35",
+            "--user-data",
+            &d.p("user-data"),
+            "--network-config",
+            &d.p("net.yaml"),
+            "--ssh-key",
+            &at_keys,
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            "  image: debian:12\n  firmware: efi\n  overrides: { qemu: { machine: q35 } }\n  cloudInit:\n    userDataFile: user-data\n    networkConfigFile: ./net.yaml\n    sshKeys: [\"@keys.pub\"]\n",
+        );
+
+        same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_own_seed_bios() {
+        let d = Dir::new();
+
+        let flags = from_flags(&[
+            "web",
+            "--image",
+            "debian:12",
+            "--seed",
+            &d.p("seed.iso"),
+            "--firmware",
+            "bios",
+        ]);
+        let manifest = from_manifest(
+            d.dir.path(),
+            "  image: debian:12\n  firmware: bios\n  cloudInit:\n    seed: seed.iso\n",
+        );
+
+        same(flags, manifest);
+    }
 }
