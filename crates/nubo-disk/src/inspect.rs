@@ -188,14 +188,19 @@ fn inspect_one(path: &Path, policy: Policy) -> Result<(DiskInfo, (u64, u64), Fil
 mod tests {
     use super::*;
 
-    use crate::create::write_new;
+    use crate::create::{write_new, Sync};
     use crate::inspector::Rejection;
     use crate::layout::{layout, BackingRef};
     use std::fs;
 
     /// A qcow2 at `path` whose backing name is stored verbatim (for chains nubo would not make).
     fn qcow2_backed_by(path: &Path, name: &str, driver: &str) {
-        write_new(path, &layout(1 << 20, Some(BackingRef { name, driver })).unwrap()).unwrap();
+        write_new(
+            path,
+            &layout(1 << 20, Some(BackingRef { name, driver })).unwrap(),
+            Sync::Durable,
+        )
+        .unwrap();
     }
 
     fn raw(dir: &Path, len: usize) -> PathBuf {

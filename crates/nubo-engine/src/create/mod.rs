@@ -393,7 +393,8 @@ impl Engine {
         // It need not be durable yet: after a power loss there is no VMM to converge.
         record::save_unsynced(&dir, &rec)?;
 
-        nubo_disk::create_overlay(
+        // Made durable by the one syncfs after the VMM starts, like the record and the seed.
+        nubo_disk::create_overlay_unsynced(
             &plan.base.path,
             plan.base.format,
             &rec.machine.disk.overlay,
