@@ -8,6 +8,7 @@
 //! }
 //! ```
 
+pub mod cli;
 pub mod fixture;
 pub mod prereq;
 pub mod process;

@@ -10,11 +10,11 @@
 //! `restricted` (QEMU user-mode networking with restrict=on).
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::cli::{inspect, json, no_qemu, nubo, qemu_processes, Cleanup};
+use nubo_live::{LiveTest, TestResult, TestRoot};
 
 /// Two boots to cloud-init at once under TCG on a shared 2-core machine.
 const BOOT: Duration = Duration::from_secs(480);
@@ -75,7 +75,7 @@ spec:
 fn apply_cycle() -> TestResult {
     let root = TestRoot::new()?;
     root.with_debian_image()?;
-    let _cleanup = Cleanup { root: &root };
+    let _cleanup = Cleanup::new(&root, &NAMES);
     let dir = tempfile::tempdir().map_err(|e| format!("tempdir: {e}"))?;
     fs::create_dir_all(dir.path().join("files")).map_err(|e| e.to_string())?;
     fs::write(
@@ -103,7 +103,7 @@ fn apply_cycle() -> TestResult {
         "timing apply --wait (two guests in parallel): {:.1}s",
         t.elapsed().as_secs_f64()
     );
-    let report = json(&out.stdout)?;
+    let report = json(&out.stdout, "the apply report")?;
     for name in NAMES {
         let doc = doc(&report, name)?;
         if doc["result"] != "created" {
@@ -176,7 +176,7 @@ fn apply_cycle() -> TestResult {
             return Err(format!("delete does not report `{name}` removed:\n{}", out.stdout));
         }
     }
-    no_qemu(&root)?;
+    no_qemu(&root, "after delete")?;
     let left: Vec<String> = fs::read_dir(root.root().join("vms"))
         .into_iter()
         .flatten()
@@ -191,60 +191,6 @@ fn apply_cycle() -> TestResult {
 
 // ---------------------------------------------------------------------------------------------
 
-struct Out {
-    ok: bool,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn require(self) -> Result<Out, String> {
-        if self.ok {
-            Ok(self)
-        } else {
-            Err(format!(
-                "nubo failed ({:?}):\n{}{}",
-                self.code, self.stderr, self.stdout
-            ))
-        }
-    }
-}
-
-fn nubo(root: &TestRoot, args: &[&str], timeout: Duration) -> Result<Out, String> {
-    let mut cmd = root.cmd()?;
-    cmd.args(args);
-    run(&mut cmd, timeout)
-}
-
-fn run(cmd: &mut Command, timeout: Duration) -> Result<Out, String> {
-    let out_file = tempfile::tempfile().map_err(|e| format!("cannot create a temp file: {e}"))?;
-    let err_file = tempfile::tempfile().map_err(|e| format!("cannot create a temp file: {e}"))?;
-    let clone = |f: &fs::File| f.try_clone().map_err(|e| format!("cannot clone a temp file: {e}"));
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::from(clone(&out_file)?))
-        .stderr(Stdio::from(clone(&err_file)?));
-    let shown = format!("{cmd:?}");
-    let mut g = Guard::spawn(cmd, &shown)?;
-    let status = g.wait_timeout(timeout)?;
-    let read = |mut f: fs::File| {
-        let mut s = String::new();
-        let _ = f.seek(SeekFrom::Start(0));
-        let _ = f.read_to_string(&mut s);
-        s
-    };
-    Ok(Out {
-        ok: status.success(),
-        code: status.code(),
-        stdout: read(out_file),
-        stderr: read(err_file),
-    })
-}
-
-fn json(text: &str) -> Result<serde_json::Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("not JSON ({e}): {text}"))
-}
-
 fn doc<'a>(report: &'a serde_json::Value, name: &str) -> Result<&'a serde_json::Value, String> {
     report["documents"]
         .as_array()
@@ -252,11 +198,6 @@ fn doc<'a>(report: &'a serde_json::Value, name: &str) -> Result<&'a serde_json::
         .flatten()
         .find(|d| d["name"] == name)
         .ok_or_else(|| format!("the report has no `{name}`: {report}"))
-}
-
-fn inspect(root: &TestRoot, name: &str) -> Result<serde_json::Value, String> {
-    let out = nubo(root, &["vm", "inspect", name], QUICK)?.require()?;
-    json(&out.stdout)
 }
 
 fn uuid(root: &TestRoot, name: &str) -> Result<String, String> {
@@ -277,55 +218,4 @@ fn consoles(root: &TestRoot) -> String {
         ));
     }
     out
-}
-
-/// Removes the test's VMs and kills, by PID, any QEMU whose command line names the test's
-/// root, on every path out of the test.
-struct Cleanup<'a> {
-    root: &'a TestRoot,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        for n in NAMES {
-            let _ = nubo(self.root, &["vm", "rm", "--force", n], QUICK);
-        }
-        for (pid, _) in qemu_processes(self.root) {
-            eprintln!("cleanup: killing stray QEMU pid {pid}");
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-/// QEMU processes whose command line mentions the test's NUBO_ROOT: (pid, command line).
-fn qemu_processes(root: &TestRoot) -> Vec<(i32, String)> {
-    let needle = root.root().display().to_string();
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(raw) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.first().is_some_and(|a| a.contains("qemu-system")) && args.iter().any(|a| a.contains(&needle)) {
-            found.push((pid, args.join(" ")));
-        }
-    }
-    found
-}
-
-fn no_qemu(root: &TestRoot) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !qemu_processes(root).is_empty() {
-        if Instant::now() >= deadline {
-            return Err(format!("QEMU still running after delete: {:?}", qemu_processes(root)));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
 }

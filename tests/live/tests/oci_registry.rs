@@ -8,12 +8,13 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nubo_image::digest::sha256_bytes;
+use nubo_live::cli::{json, nubo_in, run_in};
 use nubo_live::registry::{Registry, PASSWORD, USER};
-use nubo_live::{run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
 const TRANSFER: Duration = Duration::from_secs(600);
@@ -35,80 +36,6 @@ fn main() -> std::process::ExitCode {
     ])
 }
 
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-    shown: String,
-}
-
-impl Out {
-    fn require(self) -> Result<Out, String> {
-        if self.ok {
-            Ok(self)
-        } else {
-            Err(format!("`{}` failed:\n{}{}", self.shown, self.stderr, self.stdout))
-        }
-    }
-
-    /// The command must fail, saying all of `words`.
-    fn refused(self, words: &[&str]) -> Result<Out, String> {
-        if self.ok {
-            return Err(format!(
-                "`{}` succeeded but should have failed:\n{}",
-                self.shown, self.stdout
-            ));
-        }
-        for w in words {
-            if !self.stderr.contains(w) {
-                return Err(format!(
-                    "`{}`: the error does not say `{w}`:\n{}",
-                    self.shown, self.stderr
-                ));
-            }
-        }
-        Ok(self)
-    }
-}
-
-fn nubo_in(root: &TestRoot, args: &[&str], stdin: Option<&str>, timeout: Duration) -> Result<Out, String> {
-    let mut cmd = root.cmd()?;
-    cmd.args(args);
-    run(&mut cmd, stdin, timeout)
-}
-
-fn run(cmd: &mut Command, stdin: Option<&str>, timeout: Duration) -> Result<Out, String> {
-    let out_file = tempfile::tempfile().map_err(|e| e.to_string())?;
-    let err_file = tempfile::tempfile().map_err(|e| e.to_string())?;
-    let clone = |f: &fs::File| f.try_clone().map_err(|e| e.to_string());
-    cmd.stdout(Stdio::from(clone(&out_file)?))
-        .stderr(Stdio::from(clone(&err_file)?))
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    let shown = std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let mut g = Guard::spawn(cmd, &shown)?;
-    if let Some(text) = stdin {
-        let mut pipe = g.take_stdin().ok_or("no stdin pipe")?;
-        pipe.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-    }
-    let status = g.wait_timeout(timeout)?;
-    let read = |mut f: fs::File| {
-        let mut s = String::new();
-        let _ = f.seek(SeekFrom::Start(0));
-        let _ = f.read_to_string(&mut s);
-        s
-    };
-    Ok(Out {
-        ok: status.success(),
-        stdout: read(out_file),
-        stderr: read(err_file),
-        shown,
-    })
-}
-
 fn login(root: &TestRoot, reg: &Registry) -> Result<(), String> {
     let ca = reg.ca.display().to_string();
     nubo_in(
@@ -128,10 +55,6 @@ fn login(root: &TestRoot, reg: &Registry) -> Result<(), String> {
     )?
     .require()
     .map(drop)
-}
-
-fn json(text: &str, what: &str) -> Result<serde_json::Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{what} is not JSON ({e}): {text}"))
 }
 
 fn text_at(v: &serde_json::Value, ptr: &str) -> String {
@@ -664,7 +587,7 @@ fn pulled_image_boots() -> TestResult {
         "600s",
     ]);
     let t = Instant::now();
-    let out = run(&mut cmd, None, BOOT);
+    let out = run_in(&mut cmd, None, BOOT);
     let cleanup = nubo_in(&dst, &["vm", "rm", "--force", name], None, QUICK);
     let out = out?.require()?;
     println!(
