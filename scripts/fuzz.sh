@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the crates whose parsers face untrusted bytes (nubo-disk: the image
 # inspector and header codecs; nubo-seed: the seed reader and YAML; nubo-manifest: the manifest
-# parser and lowering) for a bounded time each.
+# parser and lowering; nubo-build: the VMfile parser) for a bounded time each.
 #
-#   scripts/fuzz.sh [SECONDS]    # per target; default 20 (6 targets: with a cold build, about 5 minutes)
+#   scripts/fuzz.sh [SECONDS]    # per target; default 20 (7 targets: with a cold build, about 5 minutes)
 #
 # Needs the nightly toolchain (libFuzzer's instrumentation) and cargo-fuzz, which it installs
 # from crates.io when missing. Builds with the sanitizer off (the fuzzed code is safe Rust: a
@@ -29,7 +29,7 @@ fi
 
 # One target dir for every crate: libFuzzer and the shared dependencies build once.
 flags=(--sanitizer none --debug-assertions --target-dir "$PWD/target/fuzz")
-for crate in crates/nubo-disk crates/nubo-seed crates/nubo-manifest; do
+for crate in crates/nubo-disk crates/nubo-seed crates/nubo-manifest crates/nubo-build; do
     (
         cd "$crate"
         cargo +nightly fuzz build "${flags[@]}"
