@@ -2,14 +2,30 @@
 //! `engine` feature (the default), [`build`] runs a VMfile in a VM booted by nubo's own
 //! engine, seals the result and stores it as an image.
 
+#[cfg(feature = "engine")]
+pub mod build;
+#[cfg(feature = "engine")]
+pub mod cache;
+#[cfg(feature = "engine")]
+pub mod context;
+#[cfg(feature = "engine")]
+pub mod error;
+#[cfg(feature = "engine")]
+pub mod guest;
 pub mod parse;
 pub mod resolve;
+#[cfg(feature = "engine")]
+pub mod seal;
 pub mod vmfile;
 pub mod words;
 
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "engine")]
+pub use build::{build, BuildRequest, Built, StepReport};
+#[cfg(feature = "engine")]
+pub use error::BuildError;
 pub use parse::{parse, parse_bytes, ParseError};
 pub use resolve::{resolve, Action, Resolved, Step, CLOUD_CFG};
 pub use vmfile::{Command, FromSource, Instruction, Op, VmFile};

@@ -78,6 +78,8 @@ mod tests {
             verified: true,
             created: String::new(),
             build_seconds: None,
+            labels: Default::default(),
+            build: None,
         }
     }
 

@@ -136,6 +136,8 @@ pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<Added, ImportEr
             verified: false,
             created: now(),
             build_seconds: None,
+            labels: Default::default(),
+            build: None,
         };
         Ok(store.commit(&tmp, record, Overwrite::from_force(req.force))?)
     })();

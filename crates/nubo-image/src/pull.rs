@@ -284,6 +284,8 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         verified: plan.expected.is_some(),
         created: now(),
         build_seconds: None,
+        labels: Default::default(),
+        build: None,
     };
     let _ = plan.checksum_from;
     store.commit(&part, record, overwrite).map_err(|e| fail(e.into()))

@@ -1,5 +1,6 @@
 //! The JSON record kept for every image in the store (`nubo image inspect` prints it).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,8 @@ pub enum SourceKind {
     Import,
     /// Pulled from an OCI registry (`url` is the reference as pulled, `manifest` its digest).
     Oci,
+    /// Built from a VMfile by `nubo image build` (the record's `build` says how).
+    Build,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +101,36 @@ pub struct ImageRecord {
     pub created: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_seconds: Option<f64>,
+    /// A VMfile's `LABEL`s (annotations when pushed).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// How `nubo image build` made the image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<BuildProvenance>,
+}
+
+/// The provenance of a built image: enough to tell what went into it and to rebuild it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildProvenance {
+    /// `sha256:<hex>` of the VMfile's bytes.
+    pub vmfile_digest: String,
+    /// FROM as written, and the digest of the image it resolved to.
+    pub from: String,
+    pub from_digest: String,
+    /// Build arguments in effect (ARG defaults and `--build-arg`s).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, String>,
+    /// Each step that ran in the guest, in order.
+    pub steps: Vec<BuildStep>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildStep {
+    /// The VMfile line the instruction starts on.
+    pub line: usize,
+    pub instruction: String,
+    /// The step's cache key: its parent's key, the instruction and the content of the files it reads.
+    pub key: String,
 }
 
 impl ImageRecord {

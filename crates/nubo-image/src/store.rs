@@ -604,6 +604,8 @@ mod tests {
             verified: true,
             created: "2026-12-01T00:00:00Z".into(),
             build_seconds: None,
+            labels: Default::default(),
+            build: None,
         }
     }
 

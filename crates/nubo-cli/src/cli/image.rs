@@ -28,6 +28,10 @@ pub enum ImageCmd {
     Convert(ConvertArgs),
     /// Remove blobs no tag or VM uses, stale partial downloads and empty tag directories
     Prune(PruneArgs),
+    /// Build an image from a VMfile by booting it with nubo's own engine
+    Build(BuildArgs),
+    /// Write a commented starter VMfile
+    Init(InitArgs),
     /// Print a file's digest (what pull verifies with; used by the benchmarks)
     #[command(hide = true)]
     Hash(HashArgs),
@@ -187,4 +191,55 @@ pub struct HashArgs {
     pub file: PathBuf,
     #[arg(long, default_value = "sha256", value_parser = ["sha256", "sha512"])]
     pub algorithm: String,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Each step runs as root in a VM nubo boots over FROM (restricted networking unless --network), over SSH with a one-time key. At the end the image is sealed (cloud-init cleaned, machine-id emptied, host keys and the build key removed, logs and apt lists cleared, free space trimmed), flattened into one qcow2 and stored with its provenance (`nubo image inspect`).\n\
+Each writing step is cached as a qcow2 layer keyed by its parent, its text and the content of the files it reads: an unchanged VMfile boots nothing, a changed step re-runs from there. `nubo image prune` reclaims the cache.\n\
+Examples:\n  nubo image init && nubo image build -t web:1 .\n  nubo image build -f ci/VMfile --build-arg VERSION=2 --network -t app:2 ci/"
+)]
+pub struct BuildArgs {
+    /// The VMfile [default: CONTEXT/VMfile]
+    #[arg(short = 'f', long = "file", value_name = "VMfile")]
+    pub file: Option<PathBuf>,
+    /// Store the image under this reference [default: vmfile:<VMfile digest prefix>]
+    #[arg(short = 't', long = "tag", value_name = "name:tag")]
+    pub tag: Option<String>,
+    /// A value for an ARG of the VMfile (repeatable)
+    #[arg(long = "build-arg", value_name = "K=V")]
+    pub build_arg: Vec<String>,
+    /// Ignore the step cache (new layers still replace the cached ones)
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Give the build VM a network (NAT): for steps that download; without it the guest reaches nothing
+    #[arg(long)]
+    pub network: bool,
+    /// Keep the build VM when a step fails, to look inside (the command to remove it is printed)
+    #[arg(long)]
+    pub keep_failed: bool,
+    /// Compress the image's qcow2 clusters (smaller, slower to write and to boot)
+    #[arg(long)]
+    pub compress: bool,
+    /// How long the build VM may take to finish cloud-init, e.g. `10m`
+    #[arg(long, value_name = "DURATION", default_value = "15m")]
+    pub boot_timeout: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: crate::output::Format,
+    /// The build context: COPY and CLOUDINIT read only from this directory
+    #[arg(value_name = "CONTEXT", default_value = ".")]
+    pub context: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// The image the VMfile starts FROM
+    #[arg(long = "from", value_name = "REF", default_value = "debian:12")]
+    pub from: String,
+    /// Where to write it
+    #[arg(short = 'f', long = "file", value_name = "VMfile", default_value = "VMfile")]
+    pub file: PathBuf,
+    /// Replace an existing file
+    #[arg(long)]
+    pub force: bool,
 }

@@ -89,6 +89,8 @@ pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
         verified: true,
         created: rfc3339(SystemTime::now()),
         build_seconds: Some(round1(built.elapsed)),
+        labels: Default::default(),
+        build: None,
     };
     let rec = store.add(&built.qcow2, record)?;
     eprintln!(

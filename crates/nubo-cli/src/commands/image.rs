@@ -14,6 +14,7 @@ use crate::cli::image::{ConvertArgs, ConvertTo, HashArgs, ImageCmd, ImportArgs, 
 use crate::output::{print_json, print_table, Format as OutputFormat};
 use crate::settings::Settings;
 
+mod build;
 mod progress;
 mod registry;
 
@@ -35,6 +36,8 @@ pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
         ImageCmd::Convert(a) => convert(&a, settings),
         ImageCmd::Prune(a) => prune(&a, settings),
         ImageCmd::Hash(a) => hash(&a),
+        ImageCmd::Build(a) => build::build(&a, settings),
+        ImageCmd::Init(a) => build::init(&a),
     }
 }
 
@@ -160,6 +163,7 @@ fn source_label(r: &ImageRecord) -> String {
         nubo_image::SourceKind::Import => "import",
         nubo_image::SourceKind::Bootstrap => "bootstrap",
         nubo_image::SourceKind::Oci => "oci",
+        nubo_image::SourceKind::Build => "build",
     };
     match &r.source.serial {
         Some(s) => format!("{kind} {s}"),
@@ -298,13 +302,16 @@ fn placeholder_record() -> ImageRecord {
         verified: false,
         created: String::new(),
         build_seconds: None,
+        labels: Default::default(),
+        build: None,
     }
 }
 
 fn prune(a: &PruneArgs, settings: &Settings) -> anyhow::Result<()> {
     let store = open_store(settings)?;
     let in_use = digests_in_use(&store.unreferenced_blobs()?, settings)?;
-    let report = store.prune(&in_use, a.dry_run)?;
+    let mut report = store.prune(&in_use, a.dry_run)?;
+    build::prune_cache(&store, a.dry_run, &mut report)?;
     if a.output == OutputFormat::Json {
         return print_json(&report);
     }

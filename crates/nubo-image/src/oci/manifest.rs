@@ -130,7 +130,8 @@ pub struct Blobs {
 /// The manifest describing `record` whose blobs are `blobs`. The same inputs give the same
 /// bytes ([`Manifest::to_bytes`]), so pushing an unchanged image pushes the same digest.
 pub fn render(record: &ImageRecord, blobs: &Blobs) -> Manifest {
-    let mut a = BTreeMap::new();
+    // A VMfile's LABELs first, so nubo's own keys always win over a label of the same name.
+    let mut a: BTreeMap<String, String> = record.labels.clone();
     let mut put = |k: &str, v: String| {
         a.insert(k.to_owned(), v);
     };
@@ -223,6 +224,7 @@ fn kind_name(k: SourceKind) -> &'static str {
         SourceKind::Pull => "pull",
         SourceKind::Import => "import",
         SourceKind::Oci => "oci",
+        SourceKind::Build => "build",
     }
 }
 
@@ -450,6 +452,7 @@ fn meta(a: &BTreeMap<String, String>) -> Result<Meta, String> {
                 "pull" => SourceKind::Pull,
                 "import" => SourceKind::Import,
                 "oci" => SourceKind::Oci,
+                "build" => SourceKind::Build,
                 other => return Err(format!("annotation {} is `{}`", key::SOURCE_KIND, shown(other))),
             },
             url: text(key::SOURCE_URL),

@@ -40,6 +40,8 @@ fn record() -> ImageRecord {
         verified: true,
         created: "2026-12-02T06:31:57Z".into(),
         build_seconds: Some(63.6),
+        labels: Default::default(),
+        build: None,
     }
 }
 

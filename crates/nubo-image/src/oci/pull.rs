@@ -334,6 +334,8 @@ fn record(
         verified: true,
         created: now(),
         build_seconds: None,
+        labels: Default::default(),
+        build: None,
     }
 }
 

@@ -1,0 +1,101 @@
+//! `nubo image build` and `nubo image init`.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use nubo_image::{ImageRef, ImageStore, PruneReport, Pruned};
+
+use crate::cli::image::{BuildArgs, InitArgs};
+use crate::commands::vm::{engine, print_event};
+use crate::output::{print_json, Format};
+use crate::settings::Settings;
+
+pub fn build(a: &BuildArgs, settings: &Settings) -> anyhow::Result<()> {
+    let vmfile = a.file.clone().unwrap_or_else(|| a.context.join("VMfile"));
+    let tag = a
+        .tag
+        .as_deref()
+        .map(|t| ImageRef::parse(t).with_context(|| format!("-t {t}")))
+        .transpose()?;
+    let mut build_args = Vec::new();
+    for kv in &a.build_arg {
+        let Some((k, v)) = kv.split_once('=') else {
+            anyhow::bail!("--build-arg `{kv}` is not KEY=VALUE");
+        };
+        build_args.push((k.to_owned(), v.to_owned()));
+    }
+    let boot_timeout =
+        nubo_core::duration::parse_duration(&a.boot_timeout, Duration::from_secs(10), Duration::from_secs(24 * 3600))
+            .context("--boot-timeout")?;
+    let req = nubo_build::BuildRequest {
+        vmfile,
+        context: a.context.clone(),
+        tag,
+        build_args,
+        no_cache: a.no_cache,
+        network: a.network,
+        keep_failed: a.keep_failed,
+        compress: a.compress,
+        boot_timeout,
+    };
+    let built = nubo_build::build(&engine(settings), &req, &mut print_event)?;
+    if a.output == Format::Json {
+        return print_json(&built);
+    }
+    let cached = built.steps.iter().filter(|s| s.cached).count();
+    eprintln!(
+        "  {} of {} step(s) cached{}; {:.1}s",
+        cached,
+        built.steps.len(),
+        if built.booted { "" } else { ", no VM booted" },
+        built.seconds
+    );
+    println!("{} {}", built.image.reference, built.image.digest);
+    Ok(())
+}
+
+pub fn init(a: &InitArgs) -> anyhow::Result<()> {
+    if a.from.trim().is_empty() || a.from.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        anyhow::bail!(
+            "--from `{}` is not an image reference: give one like `debian:12`",
+            a.from.escape_debug()
+        );
+    }
+    let text = nubo_build::starter(&a.from);
+    nubo_build::parse(&text).context("the starter VMfile does not parse")?;
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true);
+    if a.force {
+        open.create(true).truncate(true);
+    } else {
+        open.create_new(true);
+    }
+    use std::io::Write;
+    let mut f = open.open(&a.file).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
+            "{} already exists: nubo image init does not overwrite it; pass --force to replace it, or -f to write elsewhere",
+            a.file.display()
+        ),
+        _ => anyhow::anyhow!("writing {}: {e}", a.file.display()),
+    })?;
+    f.write_all(text.as_bytes())
+        .with_context(|| format!("writing {}", a.file.display()))?;
+    eprintln!(
+        "wrote {}: edit it, then `nubo image build -t NAME:TAG .`",
+        a.file.display()
+    );
+    Ok(())
+}
+
+/// `nubo image prune` also reclaims the build cache.
+pub fn prune_cache(store: &ImageStore, dry_run: bool, report: &mut PruneReport) -> anyhow::Result<()> {
+    for (path, bytes) in nubo_build::cache::prune(store.dir(), dry_run)? {
+        report.bytes += bytes;
+        report.removed.push(Pruned {
+            kind: "build-cache",
+            path,
+            bytes,
+        });
+    }
+    Ok(())
+}
