@@ -383,3 +383,13 @@ fn starter_parses() {
 
     assert_eq!(r.steps.len(), 1);
 }
+
+#[test]
+fn example_vmfile_parses_and_resolves() {
+    let f = parse(include_str!("../../../examples/VMfile")).unwrap();
+
+    let r = resolve(&f, &[]).unwrap();
+
+    assert_eq!(r.steps.len(), 4);
+    assert_eq!(r.labels.get("org.opencontainers.image.title").map(String::as_str), Some("web"));
+}
