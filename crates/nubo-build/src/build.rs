@@ -161,7 +161,10 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
                     )));
                     let info = nubo_disk::inspect_base(&blob)?;
                     let rec = record(&from, &r, &tag, &digest, &blob, &info, provenance, t0)?;
-                    let added = store.tag(rec, Overwrite::Replace)?;
+                    let (work, _lock) = cache.work_dir(&uuid::Uuid::new_v4().simple().to_string()[..12])?;
+                    let rec = with_boot_files(&store, rec, &from, &work);
+                    let _ = fs::remove_dir_all(&work);
+                    let added = store.tag(rec?, Overwrite::Replace)?;
                     return Ok(Built {
                         image: added.record,
                         steps: report(&planned, planned.len()),
@@ -333,10 +336,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
             made.push((*i, dst));
         }
         let rec = record(&from, &r, &tag, &digest, &out, &info, provenance.clone(), t0)?;
-        let rec = match &from.boot {
-            Some(_) => with_boot_files(&store, rec, &from, &work)?,
-            None => rec,
-        };
+        let rec = with_boot_files(&store, rec, &from, &work)?;
         let added = store.commit(&out, rec, Overwrite::Replace)?;
         for (i, f) in made {
             cache.put_layer(&planned[i].key, &f)?;
@@ -481,7 +481,6 @@ fn build_vm_spec(
             initrd: b.initrd.clone(),
             cmdline: Some(b.cmdline.clone()),
         });
-        spec.firmware = nubo_spec::Firmware::Bios;
     } else if from.firmware == [nubo_image::Firmware::Efi] {
         spec.firmware = nubo_spec::Firmware::Efi;
     }

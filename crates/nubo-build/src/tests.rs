@@ -391,5 +391,8 @@ fn example_vmfile_parses_and_resolves() {
     let r = resolve(&f, &[]).unwrap();
 
     assert_eq!(r.steps.len(), 4);
-    assert_eq!(r.labels.get("org.opencontainers.image.title").map(String::as_str), Some("web"));
+    assert_eq!(
+        r.labels.get("org.opencontainers.image.title").map(String::as_str),
+        Some("web")
+    );
 }

@@ -46,7 +46,8 @@ fn main() -> ExitCode {
     )])
 }
 
-const CLOUD_CFG: &str = "#cloud-config\nruncmd:\n  - [sh, -c, \"cat /var/lib/cloud/data/instance-id > /var/tmp/nubo-image-runcmd\"]\n";
+const CLOUD_CFG: &str =
+    "#cloud-config\nruncmd:\n  - [sh, -c, \"cat /var/lib/cloud/data/instance-id > /var/tmp/nubo-image-runcmd\"]\n";
 
 fn vmfile(last: &str, extra: &str) -> String {
     format!(
@@ -68,7 +69,17 @@ RUN echo {last} > /etc/nubo-last\n\
 fn build(root: &TestRoot, ctx: &Path, tag: &str) -> Result<(serde_json::Value, String), String> {
     let out = nubo(
         root,
-        &["image", "build", "-t", tag, "-o", "json", "--boot-timeout", "420s", &ctx.display().to_string()],
+        &[
+            "image",
+            "build",
+            "-t",
+            tag,
+            "-o",
+            "json",
+            "--boot-timeout",
+            "420s",
+            &ctx.display().to_string(),
+        ],
         BUILD,
     )?
     .require()?;
@@ -140,12 +151,15 @@ fn image_build() -> TestResult {
     if !vm_dirs(&root).is_empty() {
         return Err(format!("the build left VMs: {:?}", vm_dirs(&root)));
     }
-    let rec = json(&nubo(&root, &["image", "inspect", "built:1"], QUICK)?.require()?.stdout, "image inspect")?;
+    let rec = json(
+        &nubo(&root, &["image", "inspect", "built:1"], QUICK)?.require()?.stdout,
+        "image inspect",
+    )?;
     let digest = field(&rec, "/digest")?;
     for (ptr, want) in [
         ("/source/kind", "build"),
         ("/labels/org.example.test", "image-build"),
-        ("/default_memory_mib", "1024"),
+        ("/default_vcpus", "1"),
         ("/build/from", "debian:12"),
     ] {
         let got = field(&rec, ptr)?;
@@ -155,7 +169,9 @@ fn image_build() -> TestResult {
     }
     let steps = rec["build"]["steps"].as_array().map_or(0, Vec::len);
     if steps != 4 || !field(&rec, "/build/vmfile_digest")?.starts_with("sha256:") {
-        return Err(format!("the record's provenance should list 4 steps and the VMfile digest: {rec}"));
+        return Err(format!(
+            "the record's provenance should list 4 steps and the VMfile digest: {rec}"
+        ));
     }
     if layers(&root).len() != 4 {
         return Err(format!("expected 4 cache layers, found {:?}", layers(&root)));
@@ -166,7 +182,9 @@ fn image_build() -> TestResult {
     let (again, log) = build(&root, c, "built:1")?;
     println!("timing image_build cached rebuild: {:.1}s", t.elapsed().as_secs_f64());
     if cached(&again) != [true, true, true, true] || again["booted"] != false || !log.contains("no VM booted") {
-        return Err(format!("an unchanged rebuild must be a cache hit without a boot: {again}\n{log}"));
+        return Err(format!(
+            "an unchanged rebuild must be a cache hit without a boot: {again}\n{log}"
+        ));
     }
     if again["image"]["digest"] != digest.as_str() || log.contains("booting build vm") {
         return Err(format!("the cached rebuild gave another image or booted: {again}"));
@@ -177,11 +195,24 @@ fn image_build() -> TestResult {
     let t = Instant::now();
     nubo(
         &root,
-        &["vm", "create", VM, "--image", "built:1", "--restrict-network", "--wait", "--boot-timeout", "420s"],
+        &[
+            "vm",
+            "create",
+            VM,
+            "--image",
+            "built:1",
+            "--restrict-network",
+            "--wait",
+            "--boot-timeout",
+            "420s",
+        ],
         BOOT + QUICK,
     )?
     .require()?;
-    println!("timing image_build vm from the image: {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "timing image_build vm from the image: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
     let uuid = field(&inspect(&root, VM)?, "/uuid")?;
     let facts = guest(
         &root,
@@ -197,9 +228,15 @@ fn image_build() -> TestResult {
         (*hello == "hello from the context", "the COPYed file"),
         (*marker == "built", "the RUN marker"),
         (*last == "one", "the last RUN's file"),
-        (*runcmd == uuid, "the CLOUDINIT runcmd ran on this VM's first boot (it wrote this VM's instance-id)"),
+        (
+            *runcmd == uuid,
+            "the CLOUDINIT runcmd ran on this VM's first boot (it wrote this VM's instance-id)",
+        ),
         (*instance == uuid, "instance-id is the VM's own UUID"),
-        (!machine_id.is_empty() && *machine_id != build_machine_id, "a fresh machine-id"),
+        (
+            !machine_id.is_empty() && *machine_id != build_machine_id,
+            "a fresh machine-id",
+        ),
         (*hostkey != build_hostkey, "fresh SSH host keys"),
     ];
     for (ok, what) in checks {
@@ -217,7 +254,10 @@ fn image_build() -> TestResult {
     write("VMfile", &vmfile("two", ""))?;
     let t = Instant::now();
     let (changed, log) = build(&root, c, "built:2")?;
-    println!("timing image_build last-step-changed rebuild: {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "timing image_build last-step-changed rebuild: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
     if cached(&changed) != [true, true, true, false] || log.contains("BUILD-HOSTKEY") {
         return Err(format!("changing the last RUN must re-run only it: {changed}\n{log}"));
     }
@@ -225,18 +265,36 @@ fn image_build() -> TestResult {
     // 5. A failing RUN after the cached steps: named by step and line; nothing left behind.
     let images_before = nubo(&root, &["image", "ls", "-o", "json"], QUICK)?.require()?.stdout;
     write("VMfile", &vmfile("two", "RUN echo failing on purpose && exit 3\n"))?;
-    let out = nubo(&root, &["image", "build", "-t", "broken:1", "--boot-timeout", "420s", &c.display().to_string()], BUILD)?;
+    let out = nubo(
+        &root,
+        &[
+            "image",
+            "build",
+            "-t",
+            "broken:1",
+            "--boot-timeout",
+            "420s",
+            &c.display().to_string(),
+        ],
+        BUILD,
+    )?;
     let out = out.refused(&["step 5/5", "line 12", "exit status 3"])?;
     if !out.stderr.contains("failing on purpose") {
         return Err(format!("the failing step's output was not streamed:\n{}", out.stderr));
     }
     no_qemu(&root, "after the failed build")?;
     if !vm_dirs(&root).is_empty() || !work_dirs(&root).is_empty() {
-        return Err(format!("the failed build left VMs {:?} or work files {:?}", vm_dirs(&root), work_dirs(&root)));
+        return Err(format!(
+            "the failed build left VMs {:?} or work files {:?}",
+            vm_dirs(&root),
+            work_dirs(&root)
+        ));
     }
     let images_after = nubo(&root, &["image", "ls", "-o", "json"], QUICK)?.require()?.stdout;
     if images_after != images_before {
-        return Err(format!("the failed build changed the store:\n{images_before}\n->\n{images_after}"));
+        return Err(format!(
+            "the failed build changed the store:\n{images_before}\n->\n{images_after}"
+        ));
     }
     let leftovers: Vec<_> = fs::read_dir(root.root().join("images/tmp"))
         .into_iter()
