@@ -544,13 +544,29 @@ fn record(
     let size = fs::metadata(file)
         .map_err(io(format!("reading {}", file.display())))?
         .len();
-    Ok(ImageRecord {
+    Ok(image_record(from, r, tag, digest, size, info.virtual_size, build, t0.elapsed().as_secs_f64()))
+}
+
+/// The built image's record: FROM's facts, the VMfile's settings (HYPERVISOR, DEFAULTS,
+/// APPLIANCE, LABEL) and the provenance. Pure.
+#[allow(clippy::too_many_arguments)]
+pub fn image_record(
+    from: &ImageRecord,
+    r: &Resolved,
+    tag: &ImageRef,
+    digest: &str,
+    size: u64,
+    virtual_size: u64,
+    build: BuildProvenance,
+    seconds: f64,
+) -> ImageRecord {
+    ImageRecord {
         reference: tag.to_string(),
         digest: digest.to_owned(),
         path: PathBuf::new(),
         format: "qcow2".into(),
         size,
-        virtual_size: info.virtual_size,
+        virtual_size,
         cloud_init: !r.appliance,
         os: from.os.clone(),
         release: from.release.clone(),
@@ -572,10 +588,10 @@ fn record(
         },
         verified: from.verified,
         created: nubo_image::pull::now(),
-        build_seconds: Some(t0.elapsed().as_secs_f64()),
+        build_seconds: Some(seconds),
         labels: r.labels.clone(),
         build: Some(build),
-    })
+    }
 }
 
 /// The built image boots like FROM: its kernel and initrd, copied next to the new blob.
@@ -615,4 +631,57 @@ fn report(planned: &[Planned], hit: usize) -> Vec<StepReport> {
             cached: i < hit,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from() -> ImageRecord {
+        serde_json::from_value(serde_json::json!({
+            "reference": "debian:12", "digest": "sha256:00", "path": "/s/b.qcow2", "format": "qcow2",
+            "size": 1, "virtual_size": 2, "cloud_init": true, "arch": "x86_64", "firmware": ["bios"],
+            "default_vcpus": 2, "default_memory_mib": 1024, "default_user": "debian",
+            "source": {"kind": "bootstrap"}, "verified": true, "created": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap()
+    }
+
+    fn provenance() -> BuildProvenance {
+        BuildProvenance {
+            vmfile_digest: "sha256:aa".into(),
+            from: "debian:12".into(),
+            from_digest: "sha256:00".into(),
+            args: BTreeMap::new(),
+            steps: vec![],
+        }
+    }
+
+    fn built(vmfile: &str) -> ImageRecord {
+        let r = crate::resolve(&crate::parse(vmfile).unwrap(), &[]).unwrap();
+        image_record(&from(), &r, &ImageRef::parse("web:1").unwrap(), "sha256:bb", 10, 20, provenance(), 1.0)
+    }
+
+    #[test]
+    fn image_record_takes_the_vmfile_settings() {
+        let rec = built("FROM debian:12\nHYPERVISOR cloud-hypervisor\nDEFAULTS vcpus=4 memory=3G\nLABEL a=b\nAPPLIANCE\n");
+
+        assert_eq!(rec.hypervisor.as_deref(), Some("cloud-hypervisor"));
+        assert_eq!((rec.default_vcpus, rec.default_memory_mib), (4, 3072));
+        assert!(!rec.cloud_init);
+        assert_eq!(rec.labels.get("a").map(String::as_str), Some("b"));
+        assert_eq!(rec.source.kind, SourceKind::Build);
+        assert_eq!(rec.build, Some(provenance()));
+    }
+
+    #[test]
+    fn image_record_without_settings_keeps_from_defaults() {
+        let rec = built("FROM debian:12\n");
+
+        assert_eq!(rec.hypervisor, None);
+        assert_eq!((rec.default_vcpus, rec.default_memory_mib), (2, 1024));
+        assert!(rec.cloud_init);
+        assert_eq!(rec.default_user.as_deref(), Some("debian"));
+        assert_eq!(rec.reference, "web:1");
+    }
 }

@@ -162,9 +162,9 @@ fn image_build() -> TestResult {
         ("/default_vcpus", "1"),
         ("/build/from", "debian:12"),
     ] {
-        let got = field(&rec, ptr)?;
-        if got != want {
-            return Err(format!("image record {ptr} is `{got}`, expected `{want}`: {rec}"));
+        let got = rec.pointer(ptr).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+        if got.as_deref() != Some(want) {
+            return Err(format!("image record {ptr} is {got:?}, expected `{want}`: {rec}"));
         }
     }
     let steps = rec["build"]["steps"].as_array().map_or(0, Vec::len);
