@@ -398,6 +398,16 @@ impl Run<'_> {
     }
 }
 
+/// What killed or interrupted builds left (their build VMs and work files), removed: for
+/// `nubo image prune`. Running builds and `--keep-failed` ones are left alone.
+pub fn sweep_interrupted(engine: &Engine, events: &mut dyn FnMut(Event)) -> Result<(), BuildError> {
+    let dir = engine.roots.images().join("build-cache");
+    if dir.exists() {
+        sweep(engine, &Cache { dir }, events);
+    }
+    Ok(())
+}
+
 /// Build VMs and work files that a killed or interrupted build left: removed, so a re-run
 /// converges. A live build holds its work directory's lock and is left alone.
 fn sweep(engine: &Engine, cache: &Cache, events: &mut dyn FnMut(Event)) {

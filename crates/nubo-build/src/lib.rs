@@ -23,7 +23,7 @@ pub mod words;
 mod tests;
 
 #[cfg(feature = "engine")]
-pub use build::{build, BuildRequest, Built, StepReport};
+pub use build::{build, sweep_interrupted, BuildRequest, Built, StepReport};
 #[cfg(feature = "engine")]
 pub use error::BuildError;
 pub use parse::{parse, parse_bytes, ParseError};

@@ -11,17 +11,18 @@
 //! 5. a failing RUN after the cached steps (boot 4): the error names the step and line, and
 //!    nothing is left (no VM, no QEMU, no image, no work files);
 //!
-//! plus `image init` refusing to overwrite and `image prune` reclaiming the cache (no boots).
+//! plus `image init` refusing to overwrite, a build killed while its VM starts, and `image
+//! prune` reclaiming the cache and what the killed build left (no further full boot).
 //! Every command is bounded; VMs are removed and stray QEMUs killed by PID ([`Cleanup`]).
 //! Networking is restricted (the build's default).
 
 use std::fs;
 use std::path::Path;
-use std::process::ExitCode;
+use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{field, guest, inspect, json, no_qemu, nubo, vm_dirs, Cleanup};
-use nubo_live::{LiveTest, TestResult, TestRoot};
+use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
 
 /// One build: a TCG boot to cloud-init (258 s seen under load), the steps, seal, flatten.
 const BUILD: Duration = Duration::from_secs(900);
@@ -307,8 +308,32 @@ fn image_build() -> TestResult {
         return Err(format!("the failed build left partial images: {leftovers:?}"));
     }
 
-    // `image prune` reclaims the cache.
+    // A build killed while its VM boots (the VMM is a daemon and outlives nubo): `image prune`
+    // (as the next build would) removes the VM, its QEMU and its work files.
+    let mut cmd = root.cmd()?;
+    cmd.args(["image", "build", "-t", "killed:1", "--no-cache", &c.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut killed = Guard::spawn(&mut cmd, "nubo image build")?;
+    let deadline = Instant::now() + QUICK;
+    while nubo_live::cli::qemu_processes(&root).is_empty() {
+        if Instant::now() >= deadline || killed.exited().is_some() {
+            return Err("the build to kill never started its VM".into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    killed.kill();
+    killed.wait_timeout(QUICK)?;
+    if vm_dirs(&root).is_empty() || work_dirs(&root).is_empty() {
+        return Err("the killed build should have left its VM and work files (for prune to find)".into());
+    }
+
+    // `image prune` reclaims the cache and what the killed build left.
     let out = nubo(&root, &["image", "prune"], QUICK)?.require()?;
+    no_qemu(&root, "after prune")?;
+    if !vm_dirs(&root).is_empty() || !work_dirs(&root).is_empty() {
+        return Err(format!("prune left the killed build's VM {:?} or work files {:?}", vm_dirs(&root), work_dirs(&root)));
+    }
     if !layers(&root).is_empty() || !out.stdout.contains("build-cache") {
         return Err(format!("prune left cache layers {:?}:\n{}", layers(&root), out.stdout));
     }

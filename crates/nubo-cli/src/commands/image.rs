@@ -311,7 +311,7 @@ fn prune(a: &PruneArgs, settings: &Settings) -> anyhow::Result<()> {
     let store = open_store(settings)?;
     let in_use = digests_in_use(&store.unreferenced_blobs()?, settings)?;
     let mut report = store.prune(&in_use, a.dry_run)?;
-    build::prune_cache(&store, a.dry_run, &mut report)?;
+    build::prune_cache(&store, a.dry_run, &mut report, settings)?;
     if a.output == OutputFormat::Json {
         return print_json(&report);
     }

@@ -88,7 +88,10 @@ pub fn init(a: &InitArgs) -> anyhow::Result<()> {
 }
 
 /// `nubo image prune` also reclaims the build cache.
-pub fn prune_cache(store: &ImageStore, dry_run: bool, report: &mut PruneReport) -> anyhow::Result<()> {
+pub fn prune_cache(store: &ImageStore, dry_run: bool, report: &mut PruneReport, settings: &Settings) -> anyhow::Result<()> {
+    if !dry_run {
+        nubo_build::sweep_interrupted(&engine(settings), &mut print_event)?;
+    }
     for (path, bytes) in nubo_build::cache::prune(store.dir(), dry_run)? {
         report.bytes += bytes;
         report.removed.push(Pruned {
