@@ -554,7 +554,16 @@ fn record(
     let size = fs::metadata(file)
         .map_err(io(format!("reading {}", file.display())))?
         .len();
-    Ok(image_record(from, r, tag, digest, size, info.virtual_size, build, t0.elapsed().as_secs_f64()))
+    Ok(image_record(
+        from,
+        r,
+        tag,
+        digest,
+        size,
+        info.virtual_size,
+        build,
+        t0.elapsed().as_secs_f64(),
+    ))
 }
 
 /// The built image's record: FROM's facts, the VMfile's settings (HYPERVISOR, DEFAULTS,
@@ -669,12 +678,22 @@ mod tests {
 
     fn built(vmfile: &str) -> ImageRecord {
         let r = crate::resolve(&crate::parse(vmfile).unwrap(), &[]).unwrap();
-        image_record(&from(), &r, &ImageRef::parse("web:1").unwrap(), "sha256:bb", 10, 20, provenance(), 1.0)
+        image_record(
+            &from(),
+            &r,
+            &ImageRef::parse("web:1").unwrap(),
+            "sha256:bb",
+            10,
+            20,
+            provenance(),
+            1.0,
+        )
     }
 
     #[test]
     fn image_record_takes_the_vmfile_settings() {
-        let rec = built("FROM debian:12\nHYPERVISOR cloud-hypervisor\nDEFAULTS vcpus=4 memory=3G\nLABEL a=b\nAPPLIANCE\n");
+        let rec =
+            built("FROM debian:12\nHYPERVISOR cloud-hypervisor\nDEFAULTS vcpus=4 memory=3G\nLABEL a=b\nAPPLIANCE\n");
 
         assert_eq!(rec.hypervisor.as_deref(), Some("cloud-hypervisor"));
         assert_eq!((rec.default_vcpus, rec.default_memory_mib), (4, 3072));

@@ -163,7 +163,9 @@ fn image_build() -> TestResult {
         ("/default_vcpus", "1"),
         ("/build/from", "debian:12"),
     ] {
-        let got = rec.pointer(ptr).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+        let got = rec
+            .pointer(ptr)
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
         if got.as_deref() != Some(want) {
             return Err(format!("image record {ptr} is {got:?}, expected `{want}`: {rec}"));
         }
@@ -311,9 +313,16 @@ fn image_build() -> TestResult {
     // A build killed while its VM boots (the VMM is a daemon and outlives nubo): `image prune`
     // (as the next build would) removes the VM, its QEMU and its work files.
     let mut cmd = root.cmd()?;
-    cmd.args(["image", "build", "-t", "killed:1", "--no-cache", &c.display().to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args([
+        "image",
+        "build",
+        "-t",
+        "killed:1",
+        "--no-cache",
+        &c.display().to_string(),
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
     let mut killed = Guard::spawn(&mut cmd, "nubo image build")?;
     let deadline = Instant::now() + QUICK;
     while nubo_live::cli::qemu_processes(&root).is_empty() {
@@ -332,7 +341,11 @@ fn image_build() -> TestResult {
     let out = nubo(&root, &["image", "prune"], QUICK)?.require()?;
     no_qemu(&root, "after prune")?;
     if !vm_dirs(&root).is_empty() || !work_dirs(&root).is_empty() {
-        return Err(format!("prune left the killed build's VM {:?} or work files {:?}", vm_dirs(&root), work_dirs(&root)));
+        return Err(format!(
+            "prune left the killed build's VM {:?} or work files {:?}",
+            vm_dirs(&root),
+            work_dirs(&root)
+        ));
     }
     if !layers(&root).is_empty() || !out.stdout.contains("build-cache") {
         return Err(format!("prune left cache layers {:?}:\n{}", layers(&root), out.stdout));

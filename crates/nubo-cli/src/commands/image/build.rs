@@ -88,7 +88,12 @@ pub fn init(a: &InitArgs) -> anyhow::Result<()> {
 }
 
 /// `nubo image prune` also reclaims the build cache.
-pub fn prune_cache(store: &ImageStore, dry_run: bool, report: &mut PruneReport, settings: &Settings) -> anyhow::Result<()> {
+pub fn prune_cache(
+    store: &ImageStore,
+    dry_run: bool,
+    report: &mut PruneReport,
+    settings: &Settings,
+) -> anyhow::Result<()> {
     if !dry_run {
         nubo_build::sweep_interrupted(&engine(settings), &mut print_event)?;
     }
