@@ -271,8 +271,8 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
         events(Event::Step(
             "sealing: cloud-init state, machine-id, host keys, the build key, logs, apt lists, free space".into(),
         ));
-        let tag_line = format!("nubo-build-{id}");
-        g.run(&BTreeMap::new(), &crate::seal::script(&tag_line))
+        let (_, nubo_key) = nubo_engine::ssh::ensure_key(&engine.roots.ssh_dir())?;
+        g.run(&BTreeMap::new(), &crate::seal::script(&[&public, &nubo_key]))
             .map_err(|d| BuildError::Tool {
                 what: "sealing the image".into(),
                 detail: d,

@@ -221,10 +221,11 @@ fn image_build() -> TestResult {
         &root,
         VM,
         "cat /opt/hello/hello.txt /etc/nubo-run-marker /etc/nubo-last /var/tmp/nubo-image-runcmd /var/lib/cloud/data/instance-id /etc/machine-id; \
-         cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; df -B1 --output=size / | tail -n 1",
+         cut -d' ' -f2 /etc/ssh/ssh_host_ed25519_key.pub; df -B1 --output=size / | tail -n 1; \
+         sudo cat /root/.ssh/authorized_keys /home/*/.ssh/authorized_keys 2>/dev/null | grep -c nubo-build- || true",
     )?;
     let l: Vec<&str> = facts.lines().map(str::trim).collect();
-    let [hello, marker, last, runcmd, instance, machine_id, hostkey, size] = l.as_slice() else {
+    let [hello, marker, last, runcmd, instance, machine_id, hostkey, size, build_keys] = l.as_slice() else {
         return Err(format!("unexpected answer from the guest:\n{facts}"));
     };
     let checks = [
@@ -241,6 +242,7 @@ fn image_build() -> TestResult {
             "a fresh machine-id",
         ),
         (*hostkey != build_hostkey, "fresh SSH host keys"),
+        (*build_keys == "0", "the build's one-time key is gone from every authorized_keys"),
     ];
     for (ok, what) in checks {
         if !ok {
