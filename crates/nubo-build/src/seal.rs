@@ -55,7 +55,11 @@ mod tests {
 
     #[test]
     fn script_names_every_key_body_quoted() {
-        let s = script(&["ssh-ed25519 AAAAC3Nz+/= nubo-build-1", "ssh-ed25519 BBBB nubo", "bad key'; rm -rf /"]);
+        let s = script(&[
+            "ssh-ed25519 AAAAC3Nz+/= nubo-build-1",
+            "ssh-ed25519 BBBB nubo",
+            "bad key'; rm -rf /",
+        ]);
 
         assert!(s.contains("printf '%s\\n' 'AAAAC3Nz+/=' 'BBBB' >"), "{s}");
         assert!(!s.contains("rm -rf /\n"), "{s}");
