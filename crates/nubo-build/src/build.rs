@@ -186,6 +186,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
         engine,
         vm: vm.clone(),
         work: work.clone(),
+        out: store.tmp_dir().join(format!("build-{id}.qcow2")),
         created: false,
         keep: req.keep_failed,
     };
@@ -281,7 +282,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
 
         // The top of the chain holds the seal's writes; flatten it into the image.
         let top = frozen.last().expect("the VM's overlay is always there").clone();
-        let out = store.tmp_dir().join(format!("build-{id}.qcow2"));
+        let out = run.out.clone();
         events(Event::Step(format!(
             "flattening into a standalone qcow2{}",
             if req.compress { " (compressed)" } else { "" }
@@ -368,6 +369,8 @@ struct Run<'a> {
     engine: &'a Engine,
     vm: String,
     work: PathBuf,
+    /// The flattened image before it is committed to the store.
+    out: PathBuf,
     created: bool,
     keep: bool,
 }
@@ -382,6 +385,7 @@ impl Run<'_> {
     }
 
     fn fail(&self, events: &mut dyn FnMut(Event)) {
+        let _ = fs::remove_file(&self.out);
         if self.keep && self.created {
             let _ = fs::write(self.work.join("kept"), b"");
             events(Event::Note(format!(
