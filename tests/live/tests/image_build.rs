@@ -272,7 +272,10 @@ fn image_build() -> TestResult {
 
     // 5. A failing RUN after the cached steps: named by step and line; nothing left behind.
     let images_before = nubo(&root, &["image", "ls", "-o", "json"], QUICK)?.require()?.stdout;
-    write("VMfile", &vmfile("two", "RUN echo failing on purpose && exit 3\n"))?;
+    write(
+        "VMfile",
+        &vmfile("two", "RUN echo failing on purpose-$((40 + 2)) && exit 3\n"),
+    )?;
     let out = nubo(
         &root,
         &[
@@ -287,7 +290,7 @@ fn image_build() -> TestResult {
         BUILD,
     )?;
     let out = out.refused(&["step 5/5", "line 12", "exit status 3"])?;
-    if !out.stderr.contains("failing on purpose") {
+    if !out.stderr.contains("failing on purpose-42") {
         return Err(format!("the failing step's output was not streamed:\n{}", out.stderr));
     }
     no_qemu(&root, "after the failed build")?;
