@@ -68,7 +68,6 @@ if command -v virt-customize >/dev/null; then
     { t1=$(now); vc=$(secs "$t0" "$t1"); echo "virt-customize, same steps (no seal, no flatten): ${vc}s  (nubo cold build: $(ratio "$cold" "$vc") of it)"; } ||
     { echo "virt-customize failed here (log tail below); no ratio"; tail -5 "$work/vc.log"; }
 else
-  echo "virt-customize: not installed (libguestfs-tools is installable from Debian, but pulls in a"
-  echo "  supermin appliance that needs the host kernel readable; not installed on this host): no ratio"
+  echo "virt-customize: not installed (apt-get install libguestfs-tools provides it): no ratio against it"
 fi
 timeout 120 "$NUBO_BIN" image rm bench-build:1 >/dev/null 2>&1 || true
