@@ -29,7 +29,8 @@ base=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["path"])'
 
 now() { date +%s%N; }
 secs() { python3 -c "print(f'{($2-$1)/1e9:.1f}')"; }
-ratio() { python3 -c "print(f'{$1/$2:.2f}x' if $2 > 0 else 'n/a')"; }
+ratio() { python3 -c "print(f'{$1/$2:.3f}x' if $2 > 0 else 'n/a')"; }
+speedup() { python3 -c "print(f'cold takes {$2/$1:.0f}x as long' if $1 > 0 else 'n/a')"; }
 
 ctx="$work/ctx"; mkdir -p "$ctx"
 head -c 1048576 /dev/urandom >"$ctx/payload.bin"
@@ -54,7 +55,7 @@ vmfile "changed-$(date +%s%N)"
 t0=$(now); build; t1=$(now); last=$(secs "$t0" "$t1")
 
 echo "nubo image build, cold (1 boot, 4 steps, seal, flatten): ${cold}s"
-echo "nubo image build, unchanged (cache, no boot):             ${cached}s  ($(ratio "$cached" "$cold") of cold)"
+echo "nubo image build, unchanged (cache, no boot):             ${cached}s  ($(speedup "$cached" "$cold"))"
 echo "nubo image build, last RUN changed (1 boot, 1 step):      ${last}s  ($(ratio "$last" "$cold") of cold)"
 
 if command -v virt-customize >/dev/null; then
