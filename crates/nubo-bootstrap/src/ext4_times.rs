@@ -129,15 +129,24 @@ impl Geometry {
 
 /// Clamps the times of inode number `ino` (`raw` is its on-disk record) to `epoch`; `false` when
 /// the inode is not one to touch (free, or reserved other than the root directory).
+///
+/// `epoch` is at most `i32::MAX` (2038): the times are written without the extra epoch bits.
 pub fn clamp_inode(raw: &mut [u8], ino: u32, g: &Geometry, epoch: u32) -> bool {
     if u16_at(raw, I_MODE) == 0 || (ino != ROOT_INO && ino < g.first_ino) {
         return false;
     }
-    let mtime = u32_at(raw, I_MTIME).min(epoch);
-    put_u32(raw, I_MTIME, mtime);
+    let extra = extra_isize(raw, g);
+    // A time is the signed 32-bit field plus, in the extra field's low two bits, bits 32-33.
+    let epoch_bits = if fits(extra, I_MTIME_EXTRA, 4) {
+        i64::from(u32_at(raw, I_MTIME_EXTRA) & 3) << 32
+    } else {
+        0
+    };
+    let mtime = (i64::from(u32_at(raw, I_MTIME) as i32) + epoch_bits).min(i64::from(epoch));
+    // In i32 range: at most `epoch`, and at least the field's own i32 value.
+    put_u32(raw, I_MTIME, mtime as i32 as u32);
     put_u32(raw, I_ATIME, epoch);
     put_u32(raw, I_CTIME, epoch);
-    let extra = extra_isize(raw, g);
     for (field, value) in [
         (I_CTIME_EXTRA, 0),
         (I_MTIME_EXTRA, 0),
@@ -219,6 +228,9 @@ const CRC32C_TABLE: [u32; 256] = {
 /// Clamps every in-use inode's times of the ext4 filesystem at byte `offset` of `file` to
 /// `epoch`. Returns how many inodes it rewrote.
 pub fn clamp_times(file: &File, offset: u64, epoch: u32) -> Result<u64, String> {
+    if i32::try_from(epoch).is_err() {
+        return Err(format!("epoch {epoch} is past 2038, which needs ext4's extra time bits"));
+    }
     let read = |at: u64, buf: &mut [u8]| {
         let pos = offset.checked_add(at).ok_or("offset overflows")?;
         file.read_exact_at(buf, pos)
@@ -322,6 +334,37 @@ mod tests {
             assert_eq!(u32_at(&raw, f), 1_700_000_000, "field {f:#x}");
         }
         assert_eq!(u32_at(&raw, I_MTIME_EXTRA), 0);
+    }
+
+    #[test]
+    fn clamp_inode_mtime_past_2038_clamped() {
+        let mut raw = inode(0o100644, 100);
+        put_u32(&mut raw, I_MTIME_EXTRA, 1);
+
+        clamp_inode(&mut raw, 12, &geometry(false), 1_700_000_000);
+
+        assert_eq!(
+            (u32_at(&raw, I_MTIME), u32_at(&raw, I_MTIME_EXTRA)),
+            (1_700_000_000, 0)
+        );
+    }
+
+    #[test]
+    fn clamp_inode_mtime_before_1970_kept() {
+        let mut raw = inode(0o100644, 0);
+        put_u32(&mut raw, I_MTIME, (-86_400i32) as u32);
+        put_u32(&mut raw, I_MTIME_EXTRA, 0);
+
+        clamp_inode(&mut raw, 12, &geometry(false), 1_700_000_000);
+
+        assert_eq!(u32_at(&raw, I_MTIME) as i32, -86_400);
+    }
+
+    #[test]
+    fn clamp_times_epoch_past_2038_refused() {
+        let f = tempfile::tempfile().unwrap();
+
+        assert!(clamp_times(&f, 0, u32::MAX).unwrap_err().contains("2038"));
     }
 
     #[test]
