@@ -229,7 +229,9 @@ const CRC32C_TABLE: [u32; 256] = {
 /// `epoch`. Returns how many inodes it rewrote.
 pub fn clamp_times(file: &File, offset: u64, epoch: u32) -> Result<u64, String> {
     if i32::try_from(epoch).is_err() {
-        return Err(format!("epoch {epoch} is past 2038, which needs ext4's extra time bits"));
+        return Err(format!(
+            "epoch {epoch} is past 2038, which needs ext4's extra time bits"
+        ));
     }
     let read = |at: u64, buf: &mut [u8]| {
         let pos = offset.checked_add(at).ok_or("offset overflows")?;
@@ -343,10 +345,7 @@ mod tests {
 
         clamp_inode(&mut raw, 12, &geometry(false), 1_700_000_000);
 
-        assert_eq!(
-            (u32_at(&raw, I_MTIME), u32_at(&raw, I_MTIME_EXTRA)),
-            (1_700_000_000, 0)
-        );
+        assert_eq!((u32_at(&raw, I_MTIME), u32_at(&raw, I_MTIME_EXTRA)), (1_700_000_000, 0));
     }
 
     #[test]
