@@ -606,6 +606,8 @@ pub fn image_record(
             checksum: None,
             serial: None,
             recipe: None,
+            source_date_epoch: None,
+            packages: None,
             manifest: None,
             origin: None,
         },
