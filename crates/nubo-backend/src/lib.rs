@@ -13,6 +13,7 @@
 pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod process;
 pub mod qemu;
 pub mod registry;
 pub mod spec;

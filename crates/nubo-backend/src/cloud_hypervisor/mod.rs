@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use nubo_core::VmState;
 use serde::{Deserialize, Serialize};
@@ -34,6 +33,7 @@ use serde_json::{json, Value};
 
 use self::firmware::Found;
 use self::state::{snapshot_dir, ChState};
+use crate::process::{self, Vmm};
 use crate::qemu::probe::{probe_kvm, which, KvmStatus};
 use crate::qemu::state::check_socket_path;
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
@@ -279,70 +279,29 @@ fn install_hint() -> String {
     "no package registry ships Cloud Hypervisor: install a release binary as /usr/local/bin/cloud-hypervisor".into()
 }
 
-/// The VMM of a VM, if alive and really this VM's (its environment carries the VM's UUID, so a
-/// pid reused after a crash is not mistaken for it; a zombie has no environment).
-pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(pid_file).ok()?.trim().parse().ok()?;
-    is_ours(pid, uuid).then(|| Pid::from_raw(pid))
-}
-
-fn is_ours(pid: i32, uuid: &str) -> bool {
-    let want = format!("{UUID_ENV}={uuid}");
-    fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()))
-}
-
-/// Every live process that is this VM's VMM (the pid file's, and any other carrying its UUID).
-fn vm_pids(st: &ChState, uuid: &str) -> Vec<Pid> {
-    let mut pids: Vec<Pid> = live_pid(&st.pid_file, uuid).into_iter().collect();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return pids;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if is_ours(pid, uuid) && !pids.contains(&Pid::from_raw(pid)) {
-            pids.push(Pid::from_raw(pid));
-        }
+/// This VM's Cloud Hypervisor: the process whose environment carries `NUBO_VM_UUID=<uuid>` (the
+/// command line names only the socket), so a pid reused after a crash is not mistaken for it
+/// and a VMM whose `create` was killed before the pid file was written is still found.
+fn vmm<'a>(name: &'a str, pid_file: &'a Path, uuid: &'a str) -> Vmm<'a> {
+    Vmm {
+        label: "Cloud Hypervisor",
+        vm: name,
+        pid_file,
+        ours: Box::new(move |pid| process::process_env_has(pid, UUID_ENV, uuid)),
     }
-    pids
+}
+
+/// The VMM of a VM, if alive and really this VM's.
+pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
+    vmm("", pid_file, uuid).live_pid()
 }
 
 fn wait_gone(st: &ChState, uuid: &str, timeout: Duration) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < timeout {
-        if live_pid(&st.pid_file, uuid).is_none() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    live_pid(&st.pid_file, uuid).is_none()
+    vmm("", &st.pid_file, uuid).wait_gone(timeout)
 }
 
 fn kill_now(name: &str, st: &ChState, uuid: &str) -> Result<(), BackendError> {
-    let pids = vm_pids(st, uuid);
-    for pid in &pids {
-        match kill(*pid, Signal::SIGKILL) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => {
-                return Err(BackendError::Io {
-                    what: format!("killing Cloud Hypervisor (pid {pid}) of VM `{name}`"),
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    let t0 = Instant::now();
-    while !vm_pids(st, uuid).is_empty() {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(remote(
-                format!("VM `{name}`"),
-                format!("Cloud Hypervisor (pids {pids:?}) survived SIGKILL for 10 s"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
+    vmm(name, &st.pid_file, uuid).kill_now()
 }
 
 fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
