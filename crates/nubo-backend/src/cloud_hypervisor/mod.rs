@@ -504,7 +504,7 @@ impl Backend for CloudHypervisorBackend {
                 return Err(BackendError::unsupported(
                     ID,
                     "--restrict-network",
-                    "the qemu backend (user-mode networking with restrict=on); Cloud Hypervisor's guests sit on a host bridge, which has no such restriction",
+                    "the qemu backend (user-mode networking with restrict=on), or `--network none` on cloud-hypervisor; Cloud Hypervisor's guests sit on a host bridge, and nubo does not isolate a bridge port from the host's own routing",
                 ))
             }
             NetworkMode::Named(n) => {
