@@ -38,8 +38,8 @@ use crate::qemu::probe::{probe_kvm, which, KvmStatus};
 use crate::qemu::state::check_socket_path;
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
-    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream,
-    GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    AddressCheck, Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog,
+    ConsoleStream, GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 pub const ID: &str = "cloud-hypervisor";
@@ -636,6 +636,7 @@ impl Backend for CloudHypervisorBackend {
                 ssh: None,
                 guest_addresses: Vec::new(),
                 network: "no network device".into(),
+                predicted: false,
             });
         };
         let Some(addr) = net::predicted_address(mac) else {
@@ -649,6 +650,7 @@ impl Backend for CloudHypervisorBackend {
         Ok(Reach {
             ssh: Some(SocketAddr::V4(SocketAddrV4::new(addr, 22))),
             guest_addresses: vec![addr.to_string()],
+            predicted: true,
             network: format!(
                 "tap {tap} on bridge {} with MAC {mac}; the address is {} (no DHCP: computed from the MAC and written into the seed)",
                 net::BRIDGE,
@@ -659,6 +661,22 @@ impl Backend for CloudHypervisorBackend {
                 }
             ),
         })
+    }
+
+    fn check_address(&self, vm: &VmRef) -> Option<AddressCheck> {
+        let st = ChState::of(vm).ok()?;
+        let mac = st.mac.as_deref().filter(|_| st.tap.is_some())?;
+        let addr = net::predicted_address(mac)?;
+        let read = |p: &str, what: &str| {
+            String::from_utf8_lossy(&nubo_core::file::read_bounded(Path::new(p), what, 1 << 20).unwrap_or_default())
+                .into_owned()
+        };
+        Some(net::address_check(
+            &read("/proc/net/route", "routing table"),
+            &read("/proc/net/arp", "ARP table"),
+            addr,
+            mac,
+        ))
     }
 
     fn console(&self, vm: &VmRef) -> ConsoleLog {

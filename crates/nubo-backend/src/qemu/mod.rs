@@ -511,6 +511,7 @@ impl Backend for QemuBackend {
                 Vec::new()
             },
             network: "QEMU user-mode networking: the guest is reached through forwards on 127.0.0.1".into(),
+            predicted: false,
         })
     }
 

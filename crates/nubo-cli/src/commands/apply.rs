@@ -232,7 +232,7 @@ fn wait(l: &Lowered, engine: &Engine, t0: Instant) -> Result<String, String> {
         }
     };
     let out = engine.wait(&name, target, timeout, t0, &mut events).map_err(err)?;
-    Ok(match out.finished {
+    let ready = match &out.finished {
         Some(f) => format!(
             "cloud-init {} finished, datasource {} [seed={}]",
             f.version,
@@ -240,6 +240,10 @@ fn wait(l: &Lowered, engine: &Engine, t0: Instant) -> Result<String, String> {
             f.seed.as_deref().unwrap_or("?")
         ),
         None => "ssh answers".to_owned(),
+    };
+    Ok(match &out.address {
+        Some(a) => format!("{ready}; {}", crate::commands::vm::address_line(a)),
+        None => ready,
     })
 }
 

@@ -57,6 +57,9 @@ pub fn run(a: &CreateArgs, engine: &Engine) -> anyhow::Result<()> {
         } else {
             eprintln!("vm `{}` is ready", rec.name);
         }
+        if let Some(a) = &out.address {
+            eprintln!("  {}", super::address_line(a));
+        }
     }
     println!("{}", rec.name);
     Ok(())
