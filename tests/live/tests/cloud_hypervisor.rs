@@ -9,8 +9,15 @@
 //! shown as Cloud Hypervisor wrote it and leaves nothing; `ch_snapshot_restore_continues` runs
 //! where /dev/kvm is real KVM, as does `ch_cloud_init_debian`.
 //!
+//! `--wait` on a predicted address: from a namespace without the VM's bridge it "cannot be
+//! checked from here" (said at once, with why); beside the bridge (`nsenter` into the VMM's
+//! namespace) the PVH guest, which has no network stack, is "running but never answered"; the
+//! third outcome, up, needs a guest with a network stack and is proven by `ch_cloud_init_debian`.
+//!
 //! Network rule: every nubo command that may make a tap runs under `unshare --net`, so the
 //! bridge and taps exist only in a network namespace the test made (it dies with the VMM).
+//! VMs that need no network are made with `--network none` (no tap, no net device) and run in
+//! the test's own namespace.
 //! Every command is bounded; every VM is removed with `vm rm --force` and its VMM killed by PID
 //! on every path ([`Cleanup`]).
 
@@ -72,13 +79,35 @@ struct Out {
 /// `unshare --net nubo ARGS`: a network namespace of the command's own, with Cloud Hypervisor
 /// on PATH.
 fn nubo(root: &TestRoot, args: &[&str], timeout: Duration) -> Result<Out, String> {
+    nubo_net(root, &["unshare", "--net", "--"], args, timeout)
+}
+
+/// `nubo ARGS` in the test's own network namespace: only for VMs made with `--network none`
+/// (no tap, no bridge), and commands that touch no network.
+fn nubo_here(root: &TestRoot, args: &[&str], timeout: Duration) -> Result<Out, String> {
+    nubo_net(root, &[], args, timeout)
+}
+
+/// `nsenter --net=/proc/PID/ns/net nubo ARGS`: in the network namespace of the VMM `pid`,
+/// where its bridge and tap are (made by the `unshare`d create).
+fn nubo_beside(root: &TestRoot, pid: i32, args: &[&str], timeout: Duration) -> Result<Out, String> {
+    let ns = format!("--net=/proc/{pid}/ns/net");
+    nubo_net(root, &["nsenter", &ns, "--"], args, timeout)
+}
+
+/// `PREFIX... nubo ARGS` with Cloud Hypervisor on PATH.
+fn nubo_net(root: &TestRoot, prefix: &[&str], args: &[&str], timeout: Duration) -> Result<Out, String> {
     let nubo = nubo_live::nubo_bin()?;
     let path = format!("{}:{}", ch_dir()?.display(), std::env::var("PATH").unwrap_or_default());
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--net")
-        .arg("--")
-        .arg(&nubo)
-        .args(args)
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(&nubo);
+            c
+        }
+        None => Command::new(&nubo),
+    };
+    cmd.args(args)
         .env("NUBO_ROOT", root.root())
         .env("NUBO_RUN_DIR", root.run_dir())
         .env("PATH", path)
@@ -292,10 +321,45 @@ fn pvh_lifecycle() -> TestResult {
     let mac = rec["backend_state"]["mac"].as_str().unwrap_or_default();
     let want = nubo_backend::cloud_hypervisor::net::predicted_address(mac).ok_or("no predicted address")?;
     if ipj["guest_addresses"][0] != want.to_string().as_str()
+        || ipj["predicted"] != true
         || !ipj["network"].as_str().unwrap_or("").contains("predicted")
     {
         return Err(format!("vm ip: {}", ip.stdout));
     }
+    let ip_text = must(nubo(&root, &["vm", "ip", name], QUICK)?)?;
+    if !ip_text.stderr.contains(&format!("{want} (predicted)")) {
+        return Err(format!("vm ip does not mark {want} predicted: {}", ip_text.stderr));
+    }
+
+    // --wait's outcomes for the predicted address (the PVH guest has no network stack, so it
+    // never answers). From a network namespace without the VM's bridge: it cannot be checked
+    // from here, said at once with why, not after the timeout.
+    let t0 = Instant::now();
+    let far = nubo(&root, &["vm", "wait", name, "--for", "ssh", "--timeout", "60s"], QUICK)?;
+    let msg = must_fail(far, &["cannot be checked from here", &want.to_string(), "no route"])?;
+    if t0.elapsed() > Duration::from_secs(30) {
+        return Err(format!("`vm wait` took {:?} to say it cannot check", t0.elapsed()));
+    }
+    println!(
+        "  wait from another namespace ({:.1} s): {msg}",
+        t0.elapsed().as_secs_f64()
+    );
+    // Beside the bridge: checkable, and the guest never answers: running but never answered.
+    let t0 = Instant::now();
+    let near = nubo_beside(
+        &root,
+        pid,
+        &["vm", "wait", name, "--for", "ssh", "--timeout", "4s"],
+        QUICK,
+    )?;
+    let msg = must_fail(
+        near,
+        &[
+            &format!("nothing answered at its predicted address {want}"),
+            "is running",
+        ],
+    )?;
+    println!("  wait beside the bridge ({:.1} s): {msg}", t0.elapsed().as_secs_f64());
     // The seed carries it: network-config version 2 matched by the MAC.
     let seed = fs::read(root.root().join("vms").join(name).join("seed.img")).map_err(|e| e.to_string())?;
     let files_in = nubo_seed::read(&seed).map_err(|e| e.to_string())?;
@@ -460,7 +524,7 @@ fn refusals() -> TestResult {
         (
             "--restrict-network",
             base(&["--restrict-network"], &elf),
-            vec!["unsupported by the cloud-hypervisor backend", "qemu"],
+            vec!["unsupported by the cloud-hypervisor backend", "qemu", "--network none"],
         ),
         (
             "memory beyond the host",
@@ -507,13 +571,30 @@ fn refusals() -> TestResult {
     vms_empty(&root, "socket path too long")?;
 
     // A VM of the same name on another backend: the existing VM's backend wins, the
-    // difference is named.
-    must(nubo(&root, &create_args("bad", &elf, &disk), QUICK)?)?;
-    let mut other = create_args("bad", &elf, &disk);
+    // difference is named. It is made with `--network none`: no tap, no bridge, so it runs
+    // in the test's own network namespace, and vm.create has no net device.
+    let mut quiet = create_args("bad", &elf, &disk);
+    quiet.extend(["--network", "none"]);
+    must(nubo_here(&root, &quiet, QUICK)?)?;
+    let rec = record(&root, "bad")?;
+    let body = &rec["launch"]["value"]["vm.create"];
+    if !rec["backend_state"]["tap"].is_null() || !body["net"].is_null() || body["payload"].is_null() {
+        return Err(format!(
+            "--network none still has a network: tap {}, vm.create {body}",
+            rec["backend_state"]["tap"]
+        ));
+    }
+    let uuid = rec["uuid"].as_str().unwrap_or_default();
+    let tap = nubo_backend::cloud_hypervisor::net::tap_name(uuid);
+    if Path::new("/sys/class/net").join(&tap).exists() {
+        return Err(format!("--network none made tap {tap}"));
+    }
+    wait_counter(&root, "bad", 1, QUICK)?;
+    let mut other = quiet.clone();
     other.extend(["--backend", "qemu"]);
-    let msg = must_fail(nubo(&root, &other, QUICK)?, &["backend"])?;
+    let msg = must_fail(nubo_here(&root, &other, QUICK)?, &["backend"])?;
     println!("  same name on another backend: {msg}");
-    must(nubo(&root, &["vm", "rm", "--force", "bad"], QUICK)?)?;
+    must(nubo_here(&root, &["vm", "rm", "--force", "bad"], QUICK)?)?;
     vms_empty(&root, "rm")
 }
 
@@ -528,8 +609,8 @@ fn snapshot_restore() -> TestResult {
         names: vec![name.into()],
     };
     let mut a = create_args(name, &elf, &disk);
-    a.extend(["--backend", "ch"]);
-    must(nubo(&root, &a, QUICK)?)?;
+    a.extend(["--backend", "ch", "--network", "none"]);
+    must(nubo_here(&root, &a, QUICK)?)?;
     wait_counter(&root, name, 4, QUICK)?;
     let b = backend()?;
     let mut vm = Vm::load(&root, name)?;
@@ -585,7 +666,7 @@ fn snapshot_restore() -> TestResult {
     );
     b.snapshot_delete(&vm.r(), &vm.machine, "s1")
         .map_err(|e| e.to_string())?;
-    must(nubo(&root, &["vm", "rm", "--force", name], QUICK)?)?;
+    must(nubo_here(&root, &["vm", "rm", "--force", name], QUICK)?)?;
     Ok(())
 }
 
@@ -622,6 +703,15 @@ fn cloud_init() -> TestResult {
     let rec = record(&root, name)?;
     let mac = rec["backend_state"]["mac"].as_str().unwrap_or_default();
     let addr = nubo_backend::cloud_hypervisor::net::predicted_address(mac).ok_or("no address")?;
+    // --wait's first outcome: the guest answered at its predicted address (create --wait ran
+    // beside the bridge it made).
+    if !out.stderr.contains(&format!("predicted address {addr} is up")) {
+        return Err(format!(
+            "--wait did not prove {addr} up:
+{}",
+            out.stderr
+        ));
+    }
     if !log.contains(&addr.to_string()) {
         println!("  note: the console does not show {addr} (cloud-init's network table may be quiet)");
     }
