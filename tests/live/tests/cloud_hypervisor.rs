@@ -43,6 +43,9 @@ fn main() -> ExitCode {
         LiveTest::new("ch_refusals_leave_nothing", &["cloud-hypervisor"], || {
             timed("refusals", refusals)
         }),
+        LiveTest::new("ch_workload_microvm_apply", &["cloud-hypervisor"], || {
+            timed("workload_apply", workload_apply)
+        }),
         LiveTest::new("ch_snapshot_restore_continues", &["ch-snapshot"], || {
             timed("snapshot_restore", snapshot_restore)
         }),
@@ -596,6 +599,60 @@ fn refusals() -> TestResult {
     println!("  same name on another backend: {msg}");
     must(nubo_here(&root, &["vm", "rm", "--force", "bad"], QUICK)?)?;
     vms_empty(&root, "rm")
+}
+
+/// A `Workload` of type microvm with no `backend:` goes to cloud-hypervisor by the heuristic:
+/// `nubo apply` of the PVH guest as its kernel (`network: none`, so no namespace is needed),
+/// the guest runs, `nubo delete` removes it and its VMM.
+fn workload_apply() -> TestResult {
+    let root = TestRoot::new()?;
+    let files = tempfile::tempdir().map_err(|e| e.to_string())?;
+    guest_files(files.path())?;
+    let name = "pvhwork";
+    let _cleanup = Cleanup {
+        root: &root,
+        names: vec![name.into()],
+    };
+    let manifest = files.path().join("work.yaml");
+    fs::write(
+        &manifest,
+        format!(
+            "apiVersion: nubo.dev/v1alpha1\nkind: Workload\nmetadata:\n  name: {name}\nspec:\n  type: microvm\n  microvm:\n    disk: ./disk.raw\n    kernel: ./pvh.elf\n    cmdline: pvh\n    memory: 128M\n    network: none\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let m = manifest.display().to_string();
+    let out = must(nubo_here(&root, &["apply", "-f", &m, "-o", "json"], QUICK)?)?;
+    let report: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|e| format!("apply report: {e}: {}", out.stdout))?;
+    let doc = report["documents"]
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["name"] == name))
+        .ok_or_else(|| format!("the apply report has no `{name}`: {}", out.stdout))?;
+    let reason = doc["backendReason"].as_str().unwrap_or_default();
+    if doc["result"] != "created"
+        || doc["backend"] != "cloud-hypervisor"
+        || !reason.contains("chosen by the built-in heuristic")
+    {
+        return Err(format!(
+            "the Workload did not go to cloud-hypervisor by the heuristic: {doc}"
+        ));
+    }
+    let rec = record(&root, name)?;
+    if rec["backend"] != "cloud-hypervisor" || !rec["backend_state"]["tap"].is_null() {
+        return Err(format!(
+            "recorded backend {} tap {}",
+            rec["backend"], rec["backend_state"]["tap"]
+        ));
+    }
+    wait_counter(&root, name, 2, QUICK)?;
+    let pid = vmm_pid(&rec).ok_or("no pid recorded")?;
+    println!("  {reason}; the guest runs (pid {pid})");
+    must(nubo_here(&root, &["delete", "-f", &m], QUICK)?)?;
+    if vmm_alive(pid) || root.root().join("vms").join(name).exists() {
+        return Err("nubo delete left the VMM or the VM's directory".into());
+    }
+    Ok(())
 }
 
 fn snapshot_restore() -> TestResult {
