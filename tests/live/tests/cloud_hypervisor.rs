@@ -43,6 +43,9 @@ fn main() -> ExitCode {
         LiveTest::new("ch_refusals_leave_nothing", &["cloud-hypervisor"], || {
             timed("refusals", refusals)
         }),
+        LiveTest::new("ch_killed_create_converges", &["cloud-hypervisor"], || {
+            timed("killed_create", killed_create)
+        }),
         LiveTest::new("ch_workload_microvm_apply", &["cloud-hypervisor"], || {
             timed("workload_apply", workload_apply)
         }),
@@ -599,6 +602,115 @@ fn refusals() -> TestResult {
     println!("  same name on another backend: {msg}");
     must(nubo_here(&root, &["vm", "rm", "--force", "bad"], QUICK)?)?;
     vms_empty(&root, "rm")
+}
+
+/// Cloud Hypervisor VMMs of the test's root (their API socket is under its run dir): (pid, the
+/// `NUBO_VM_UUID` in their environment). A VMM's own children (it forks one to watch the
+/// console pty's window size) are not counted.
+fn ch_processes(root: &TestRoot) -> Vec<(i32, String)> {
+    let all = ch_process_tree(root);
+    let parent = |pid: i32| -> Option<i32> {
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    all.iter()
+        .filter(|(pid, _)| parent(*pid).is_none_or(|pp| !all.iter().any(|(p, _)| *p == pp)))
+        .cloned()
+        .collect()
+}
+
+/// Every Cloud Hypervisor process of the test's root, children included.
+fn ch_process_tree(root: &TestRoot) -> Vec<(i32, String)> {
+    let needle = root.run_dir().display().to_string();
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(&needle) {
+            continue;
+        }
+        let env = fs::read(e.path().join("environ")).unwrap_or_default();
+        if let Some(uuid) = env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"NUBO_VM_UUID=")) {
+            found.push((pid, String::from_utf8_lossy(uuid).into_owned()));
+        }
+    }
+    found
+}
+
+/// `vm create` killed at several points (before, around and after Cloud Hypervisor's spawn),
+/// then the same create again: it converges to one VM with one VMM, and `rm` leaves none.
+/// `--network none`: no namespace needed, and nothing a killed create could leave on the host.
+fn killed_create() -> TestResult {
+    let root = TestRoot::new()?;
+    let files = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (elf, disk) = guest_files(files.path())?;
+    let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
+    let name = "crash";
+    let _cleanup = Cleanup {
+        root: &root,
+        names: vec![name.into()],
+    };
+    let mut args = create_args(name, &elf, &disk);
+    args.extend(["--network", "none"]);
+    let nubo_path = nubo_live::nubo_bin()?;
+    let path = format!("{}:{}", ch_dir()?.display(), std::env::var("PATH").unwrap_or_default());
+    // None: kill as soon as a Cloud Hypervisor of the root exists (before or after its pid
+    // file and vm.create: the narrowest window), a few times.
+    let points: [Option<u64>; 8] = [Some(0), Some(30), Some(80), None, None, None, Some(200), Some(400)];
+    for (i, point) in points.iter().enumerate() {
+        let mut cmd = Command::new(&nubo_path);
+        cmd.args(&args)
+            .env("NUBO_ROOT", root.root())
+            .env("NUBO_RUN_DIR", root.run_dir())
+            .env("PATH", &path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let t = Instant::now();
+        let mut g = Guard::spawn(&mut cmd, "nubo vm create")?;
+        match point {
+            Some(ms) => std::thread::sleep(Duration::from_millis(*ms)),
+            None => {
+                while ch_processes(&root).is_empty() {
+                    if t.elapsed() > QUICK || g.exited().is_some() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        let what = format!("create {i} killed {} ms in", t.elapsed().as_millis());
+        g.kill();
+
+        must(nubo_here(&root, &args, QUICK)?).map_err(|e| format!("{what}: {e}"))?;
+        let rec = record(&root, name)?;
+        let uuid = rec["uuid"].as_str().unwrap_or_default().to_owned();
+        let procs = ch_processes(&root);
+        if procs.len() != 1 || procs[0].1 != uuid {
+            return Err(format!(
+                "{what}: expected one Cloud Hypervisor for {uuid}, found {procs:?}"
+            ));
+        }
+        if rec["backend_state"]["pid_file"].is_null() || vmm_pid(&rec) != Some(procs[0].0) {
+            return Err(format!("{what}: the pid file does not name the running VMM {procs:?}"));
+        }
+        must(nubo_here(&root, &["vm", "rm", "--force", name], QUICK)?).map_err(|e| format!("{what}: {e}"))?;
+        let t0 = Instant::now();
+        while !ch_process_tree(&root).is_empty() {
+            if t0.elapsed() > Duration::from_secs(10) {
+                return Err(format!("{what}: rm left {:?}", ch_process_tree(&root)));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        vms_empty(&root, &what)?;
+    }
+    println!("  {} killed creates each converged to one VM and one VMM", points.len());
+    Ok(())
 }
 
 /// A `Workload` of type microvm with no `backend:` goes to cloud-hypervisor by the heuristic:
