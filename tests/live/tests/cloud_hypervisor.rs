@@ -3,8 +3,10 @@
 //! The guest is the tests' own PVH guest (`nubo_live::pvh`): this machine's /dev/kvm is PVM,
 //! on which Cloud Hypervisor runs a PVH guest but no stock Linux user space. Through the `nubo`
 //! CLI: create (the heuristic picks cloud-hypervisor for a microvm), inspect, ls, ip (the
-//! predicted address), stop (power-button, then shutdown), start, rm, and every refusal.
-//! Through the backend itself (the CLI has no verbs for them yet): pause/resume and snapshots.
+//! predicted address), stop (power-button, then shutdown), start, rm, and every refusal;
+//! `vm snapshot create` (refused on PVM, with Cloud Hypervisor's words, leaving nothing).
+//! Through the backend itself (the CLI has no verbs for them): pause/resume, and the snapshot
+//! continuity test.
 //! Snapshots need KVM_GET_NESTED_STATE, which PVM lacks: here the test proves the refusal is
 //! shown as Cloud Hypervisor wrote it and leaves nothing; `ch_snapshot_restore_continues` runs
 //! where /dev/kvm is real KVM, as does `ch_cloud_init_debian`.
@@ -395,34 +397,36 @@ fn pvh_lifecycle() -> TestResult {
     wait_counter(&root, name, before + 2, QUICK)?;
     println!("  paused for 0.8 s at counter {before:x}, resumed");
 
-    // A snapshot here: PVM refuses it; the error is Cloud Hypervisor's own, plus the fix, and
-    // nothing is left behind. On real KVM it must succeed (and is proven in its own test).
-    match b.snapshot_create(&vm.r(), &vm.machine, "s1") {
-        Err(e) if Path::new("/sys/module/kvm_pvm").exists() => {
-            let msg = e.to_string();
-            if !msg.contains("GetNestedState") || !msg.contains("real KVM host") {
-                return Err(format!("snapshot refusal does not carry CH's words and the fix: {msg}"));
-            }
-            let left: Vec<_> = fs::read_dir(vm.dir.join("snapshots"))
-                .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                .unwrap_or_default();
-            if !left.is_empty() {
-                return Err(format!("a refused snapshot left {left:?}"));
-            }
-            if b.state(&vm.r()).map_err(|e| e.to_string())? != VmState::Running {
-                return Err("the VM is not running after a refused snapshot".into());
-            }
-            println!("  snapshot refused on PVM as expected: {msg}");
+    // `nubo vm snapshot` reaches Cloud Hypervisor. Here PVM refuses it: the error is Cloud
+    // Hypervisor's own, plus the fix, and nothing is left behind (no directory, no record
+    // entry). On real KVM it must succeed (continuity is proven in its own test).
+    let snap = nubo(&root, &["vm", "snapshot", "create", name, "s1"], QUICK)?;
+    let listed = must(nubo(&root, &["vm", "snapshot", "ls", name, "-o", "json"], QUICK)?)?;
+    let listed: serde_json::Value =
+        serde_json::from_str(&listed.stdout).map_err(|e| format!("snapshot ls json: {e}: {}", listed.stdout))?;
+    let count = listed["snapshots"]
+        .as_array()
+        .map(Vec::len)
+        .ok_or_else(|| format!("snapshot ls -o json has no `snapshots` list: {listed}"))?;
+    if Path::new("/sys/module/kvm_pvm").exists() {
+        let msg = must_fail(snap, &["GetNestedState", "real KVM host"])?;
+        let left: Vec<_> = fs::read_dir(vm.dir.join("snapshots"))
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if !left.is_empty() || count != 0 {
+            return Err(format!("a refused snapshot left {left:?}, listed {listed}"));
         }
-        Err(e) => return Err(format!("snapshot failed on real KVM: {e}")),
-        Ok(t) => {
-            b.snapshot_delete(&vm.r(), &vm.machine, "s1")
-                .map_err(|e| e.to_string())?;
-            println!(
-                "  snapshot taken ({} bytes, frozen {:?})",
-                t.snapshot.vm_state_size, t.frozen
-            );
+        if b.state(&vm.r()).map_err(|e| e.to_string())? != VmState::Running {
+            return Err("the VM is not running after a refused snapshot".into());
         }
+        println!("  vm snapshot create refused on PVM as expected: {msg}");
+    } else {
+        let out = must(snap)?;
+        if count != 1 {
+            return Err(format!("snapshot ls after create: {listed}"));
+        }
+        must(nubo(&root, &["vm", "snapshot", "rm", name, "s1"], QUICK)?)?;
+        println!("  vm snapshot create: {}", out.stderr.trim());
     }
 
     // Stop: the guest ignores the power button, so after --timeout nubo shuts it down.
