@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn args_have_pair_flag_then_value_matches() {
         assert!(args_have_pair(
-            b"qemu-system-x86_64\0-uuid\0abc\0-m\01024\0",
+            b"qemu-system-x86_64\0-uuid\0abc\0-m\0x1024\0",
             "-uuid",
             "abc"
         ));
