@@ -448,16 +448,21 @@ pub fn wait(
                         address: None,
                     });
                 }
-                if !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
+                if target == WaitFor::CloudInit && !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
                     // The console is silent about cloud-init (console= elsewhere): ask the guest.
                     if let Some(r) = probes.cloud_init_status_over_ssh() {
                         let text = r.map_err(|e| fail(Failure::CloudInitFailed, seen, Some(e)))?;
                         reach(Phase::CloudInitFinished, &mut seen);
+                        // The banner came from the guest's address: a predicted one is up.
+                        let address = probes.predicted_address().map(|(a, _)| AddressOutcome::Up {
+                            evidence: format!("SSH banner from {a}:22"),
+                            address: a,
+                        });
                         return Ok(Outcome {
                             reached: Phase::CloudInitFinished,
                             finished: None,
                             status_over_ssh: Some(text),
-                            address: None,
+                            address,
                         });
                     }
                 }
@@ -747,6 +752,26 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.last_phase, Some(Phase::CloudInitFinished));
+    }
+
+    #[test]
+    fn wait_predicted_ssh_banner_is_up_without_asking_cloud_init() {
+        let out = wait_predicted(
+            &[],
+            WaitFor::Ssh,
+            Duration::from_secs(10),
+            Predicted {
+                ssh: true,
+                check: AddressCheck::NotSeen,
+            },
+        )
+        .unwrap();
+
+        assert_eq!(out.reached, Phase::SshReachable);
+        assert!(
+            matches!(out.address, Some(AddressOutcome::Up { ref evidence, .. }) if evidence.contains("SSH banner")),
+            "{out:?}"
+        );
     }
 
     #[test]
