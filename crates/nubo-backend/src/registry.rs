@@ -118,11 +118,12 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
     } else {
         &["libvirt", "qemu"]
     };
-    let can_run = |id: &&&str| !(input.restricted_network && **id == "cloud-hypervisor");
+    let can_run = |id: &str| !(input.restricted_network && id == "cloud-hypervisor");
     prefer
         .iter()
-        .filter(can_run)
-        .find(|id| input.available.contains(id) && reg.resolve(id).is_ok_and(|b| b.auto_selectable()))
+        .find(|id| {
+            can_run(id) && input.available.contains(id) && reg.resolve(id).is_ok_and(|b| b.auto_selectable())
+        })
         .map(|id| Selection {
             id: reg.resolve(id).expect("checked above").id(),
             source: Source::Heuristic,
