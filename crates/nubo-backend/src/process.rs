@@ -21,6 +21,9 @@ use crate::BackendError;
 const KILL_GRACE: Duration = Duration::from_secs(10);
 /// How often `/proc` is looked at while waiting.
 const POLL: Duration = Duration::from_millis(20);
+/// How long a scan waits for processes caught mid-exec to become recognisable (an exec takes
+/// well under a millisecond unloaded; a busy host stretches it).
+const SETTLE: Duration = Duration::from_millis(200);
 
 /// One VM's VMM, as its backend recognises it.
 pub struct Vmm<'a> {
@@ -42,21 +45,41 @@ impl Vmm<'_> {
     }
 
     /// Every live process that is this VM's VMM: the pid file's, and any other the predicate
-    /// recognises.
+    /// recognises. A process caught in the middle of an exec cannot be recognised yet (see
+    /// [`in_exec`]): the scan is repeated until none is, for at most [`SETTLE`], so a VMM
+    /// whose killed `create` released the VM's lock at that very moment is not missed.
     pub fn pids(&self) -> Vec<Pid> {
+        let t0 = Instant::now();
+        loop {
+            let (pids, unsettled) = self.scan();
+            if !unsettled || t0.elapsed() >= SETTLE {
+                return pids;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// One pass over `/proc`: the VM's VMM processes, and whether any process was mid-exec.
+    fn scan(&self) -> (Vec<Pid>, bool) {
         let mut pids: Vec<Pid> = self.live_pid().into_iter().collect();
+        let mut unsettled = false;
         let Ok(entries) = fs::read_dir("/proc") else {
-            return pids;
+            return (pids, false);
         };
         for e in entries.flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            if !pids.contains(&Pid::from_raw(pid)) && (self.ours)(pid) {
+            if pids.contains(&Pid::from_raw(pid)) {
+                continue;
+            }
+            if (self.ours)(pid) {
                 pids.push(Pid::from_raw(pid));
+            } else if in_exec(pid) {
+                unsettled = true;
             }
         }
-        pids
+        (pids, unsettled)
     }
 
     /// Waits up to `timeout` for the pid file's process to go; true when it has.
@@ -87,7 +110,10 @@ impl Vmm<'_> {
             }
         }
         let t0 = Instant::now();
-        while !self.pids().is_empty() {
+        // Gone means every task of it has exited: its environment becomes unreadable as soon
+        // as the main thread drops its memory, while other threads (and their open files: the
+        // API socket) may live on a little longer.
+        while !self.pids().is_empty() || pids.iter().any(|p| !exited(p.as_raw())) {
             if t0.elapsed() > KILL_GRACE {
                 return Err(BackendError::Remote {
                     what: format!("VM `{}`", self.vm),
@@ -102,6 +128,30 @@ impl Vmm<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether every task of process `pid` has exited: it is gone, or only its zombie is left to
+/// reap (its `task/` lists nothing but the leader, itself a zombie).
+fn exited(pid: i32) -> bool {
+    let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    let zombie = status
+        .lines()
+        .find_map(|l| l.strip_prefix("State:"))
+        .is_some_and(|s| matches!(s.trim_start().chars().next(), Some('Z' | 'X')));
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    zombie && tasks <= 1
+}
+
+/// Whether process `pid` is between execve's point of no return and its new image's argument
+/// and environment pointers: its command line reads empty though it has an executable (a
+/// kernel thread has none, a zombie neither). The parent's close-on-exec files, the VM's lock
+/// among them, are already closed then, so a VMM being exec'd for a killed `create` would
+/// otherwise be missed by the next command's scan (seen under load).
+fn in_exec(pid: i32) -> bool {
+    fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+        && fs::read_link(format!("/proc/{pid}/exe")).is_ok()
 }
 
 /// Whether a NUL-separated command line holds `flag` immediately followed by `value`. Pure.
@@ -169,6 +219,11 @@ mod tests {
         assert_eq!(v.live_pid(), None);
         assert!(v.wait_gone(Duration::ZERO));
         assert!(v.kill_now().is_ok());
+    }
+
+    #[test]
+    fn in_exec_is_false_for_a_running_process() {
+        assert!(!in_exec(std::process::id() as i32));
     }
 
     #[test]

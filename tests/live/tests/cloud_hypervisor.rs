@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use nubo_backend::cloud_hypervisor::CloudHypervisorBackend;
 use nubo_backend::{Backend, Restored, VmRef};
 use nubo_core::VmState;
+use nubo_live::cli::{self, Out};
 use nubo_live::{prereq, pvh, run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
@@ -77,13 +78,6 @@ fn ch_dir() -> Result<PathBuf, String> {
     Ok(bin.parent().map(Path::to_path_buf).unwrap_or_default())
 }
 
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-    shown: String,
-}
-
 /// `unshare --net nubo ARGS`: a network namespace of the command's own, with Cloud Hypervisor
 /// on PATH.
 fn nubo(root: &TestRoot, args: &[&str], timeout: Duration) -> Result<Out, String> {
@@ -118,45 +112,17 @@ fn nubo_net(root: &TestRoot, prefix: &[&str], args: &[&str], timeout: Duration) 
     cmd.args(args)
         .env("NUBO_ROOT", root.root())
         .env("NUBO_RUN_DIR", root.run_dir())
-        .env("PATH", path)
-        .stdin(Stdio::null());
-    let shown = format!("nubo {}", args.join(" "));
-    let out_f = tempfile::tempfile().map_err(|e| e.to_string())?;
-    let err_f = tempfile::tempfile().map_err(|e| e.to_string())?;
-    cmd.stdout(out_f.try_clone().map_err(|e| e.to_string())?)
-        .stderr(err_f.try_clone().map_err(|e| e.to_string())?);
-    let mut g = Guard::spawn(&mut cmd, &shown)?;
-    let status = g.wait_timeout(timeout)?;
-    let read = |mut f: fs::File| {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut s = String::new();
-        let _ = f.seek(SeekFrom::Start(0));
-        let _ = f.read_to_string(&mut s);
-        s
-    };
-    Ok(Out {
-        ok: status.success(),
-        stdout: read(out_f),
-        stderr: read(err_f),
-        shown,
-    })
+        .env("PATH", path);
+    cli::run(&mut cmd, timeout)
 }
 
 fn must(o: Out) -> Result<Out, String> {
-    if o.ok {
-        Ok(o)
-    } else {
-        Err(format!("`{}` failed:\n{}{}", o.shown, o.stderr, o.stdout))
-    }
+    o.require()
 }
 
+/// The command must have failed saying all of `needles`: its error's last line.
 fn must_fail(o: Out, needles: &[&str]) -> Result<String, String> {
-    if o.ok {
-        return Err(format!("`{}` succeeded, expected a refusal:\n{}", o.shown, o.stderr));
-    }
-    if let Some(n) = needles.iter().find(|n| !o.stderr.contains(**n)) {
-        return Err(format!("`{}`: the error does not say {n:?}:\n{}", o.shown, o.stderr));
-    }
+    let o = o.refused(needles)?;
     Ok(o.stderr.lines().last().unwrap_or_default().to_owned())
 }
 
@@ -691,7 +657,22 @@ fn killed_create() -> TestResult {
         let what = format!("create {i} killed {} ms in", t.elapsed().as_millis());
         g.kill();
 
-        must(nubo_here(&root, &args, QUICK)?).map_err(|e| format!("{what}: {e}"))?;
+        must(nubo_here(&root, &args, QUICK)?).map_err(|e| {
+            let log = fs::read_to_string(root.root().join("vms").join(name).join("vmm.log")).unwrap_or_default();
+            let ss = Command::new("ss")
+                .args(["-xlpn"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            let ss: Vec<&str> = ss
+                .lines()
+                .filter(|l| l.contains(&root.run_dir().display().to_string()))
+                .collect();
+            format!(
+                "{what}: {e}\nvmm.log:\n{log}\nlisteners: {ss:?}\nprocs: {:?}",
+                ch_process_tree(&root)
+            )
+        })?;
         let rec = record(&root, name)?;
         let uuid = rec["uuid"].as_str().unwrap_or_default().to_owned();
         let procs = ch_processes(&root);

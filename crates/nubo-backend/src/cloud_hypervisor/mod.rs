@@ -322,13 +322,21 @@ fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
 /// The last line of a log, bounded, for error messages.
 fn log_tail(p: &Path) -> String {
     let bytes = nubo_core::file::read_bounded(p, "VMM log", 1 << 20).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with(' '))
-        .unwrap_or("(empty)");
-    nubo_core::file::escape_control(line.trim())
+    tail_of(&String::from_utf8_lossy(&bytes))
+}
+
+/// The last message of a VMM log, for errors: its last unindented line with the indented lines
+/// after it (Cloud Hypervisor writes its error chain as `Error: ...` then indented causes),
+/// on one line and bounded. Pure.
+fn tail_of(text: &str) -> String {
+    const MAX: usize = 600;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let Some(start) = lines.iter().rposition(|l| !l.starts_with(' ')) else {
+        return "(empty)".into();
+    };
+    let joined = lines[start..].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+    let cut: String = joined.chars().take(MAX).collect();
+    nubo_core::file::escape_control(&cut)
 }
 
 /// Each boot moves the previous boot's serial log to `console.log.1`.
@@ -1211,6 +1219,17 @@ mod tests {
         let s = spec(d.path(), kernel_file(d.path(), b"\x7fELF\x02"), NetworkMode::None);
 
         assert_eq!(backend(d.path()).guest_network(&s), None);
+    }
+
+    #[test]
+    fn tail_of_keeps_the_error_chain() {
+        let log = "cloud-hypervisor: 1.2ms: <vmm> INFO\nError: Cloud Hypervisor exited with the following chain of errors:\n  0: Error binding to UNIX socket\n  1: Address in use\n\n";
+
+        assert_eq!(
+            tail_of(log),
+            "Error: Cloud Hypervisor exited with the following chain of errors: 0: Error binding to UNIX socket 1: Address in use"
+        );
+        assert_eq!(tail_of(""), "(empty)");
     }
 
     #[test]
