@@ -44,7 +44,8 @@ pub struct Fetch<'a> {
     pub expected_size: Option<u64>,
 }
 
-/// What a download reports as it goes.
+/// What a transfer reports as it goes: a download here, an upload in an OCI push. A pull
+/// forwards these inside [`crate::PullEvent::Transfer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DownloadEvent {
     /// A transfer starts at `offset` (non-zero when resuming).

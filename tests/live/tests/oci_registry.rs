@@ -575,12 +575,15 @@ fn pulled_image_boots() -> TestResult {
     login(&dst, &reg)?;
     let name = "oci-boot";
     let mut cmd = dst.cmd()?;
-    cmd.env("SSL_CERT_FILE", &reg.ca).args([
+    // --ca-cert, as on image pull (no SSL_CERT_FILE).
+    cmd.env_remove("SSL_CERT_FILE").args([
         "vm",
         "create",
         name,
         "--image",
         &target,
+        "--ca-cert",
+        &ca,
         "--restrict-network",
         "--wait",
         "--boot-timeout",

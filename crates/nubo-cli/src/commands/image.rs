@@ -104,7 +104,7 @@ fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
     };
     req.tls = TlsSettings {
         ca_bundle: settings.ssl_cert_file.clone(),
-        extra_ca: Vec::new(),
+        extra_ca: settings.extra_ca.clone(),
     };
     req
 }

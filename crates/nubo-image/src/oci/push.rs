@@ -11,6 +11,7 @@ use super::client::{Client, ClientSettings};
 use super::error::OciError;
 use super::manifest::{self, Blobs, Descriptor, EMPTY_BYTES, EMPTY_DIGEST, INITRD, KERNEL};
 use crate::digest::{hash_file, StreamHasher};
+use crate::download::DownloadEvent;
 use crate::pull::PullEvent;
 use crate::record::ImageRecord;
 use crate::reference::{ImageRef, OciRef};
@@ -152,20 +153,20 @@ fn upload_file(
         inner: io::BufReader::with_capacity(1 << 20, file),
         hasher: &hasher,
     };
-    progress(PullEvent::Upload {
+    progress(PullEvent::Transfer(DownloadEvent::Start {
         offset: 0,
         total: Some(d.size),
-    });
+    }));
     client.upload_blob(
         repository,
         &d.digest,
         d.size,
         &mut reader,
         &mut |done| {
-            progress(PullEvent::Progress {
+            progress(PullEvent::Transfer(DownloadEvent::Progress {
                 done,
                 total: Some(d.size),
-            })
+            }))
         },
         &mut || {
             let got = hasher.replace(StreamHasher::new(None)).finish().sha256.to_string();

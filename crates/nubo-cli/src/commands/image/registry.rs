@@ -59,8 +59,8 @@ fn run(req: &OciPullRequest, settings: &Settings) -> anyhow::Result<Added> {
 }
 
 /// For the engine (`vm create --image REGISTRY/REPO:TAG`): the image already pulled from that
-/// reference, or a pull of it (trusting the system CAs or SSL_CERT_FILE, with stored
-/// credentials).
+/// reference, or a pull of it (trusting the system CAs or SSL_CERT_FILE, plus `vm create
+/// --ca-cert`, with stored credentials).
 pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageRecord> {
     let store: ImageStore = open_store(settings)?;
     if let Some(rec) = oci::stored(&store, r)? {
@@ -70,7 +70,7 @@ pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageR
         reference: r.clone(),
         name: None,
         force: false,
-        client: client_settings(registry_of(r), &[], false, settings)?,
+        client: client_settings(registry_of(r), &settings.extra_ca, false, settings)?,
     };
     Ok(run(&req, settings)?.record)
 }
