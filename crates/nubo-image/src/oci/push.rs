@@ -8,6 +8,7 @@ use std::io::{self, Read};
 use std::path::Path;
 
 use super::client::{Client, ClientSettings};
+use super::compress::compress;
 use super::error::OciError;
 use super::manifest::{self, Blobs, Descriptor, EMPTY_BYTES, EMPTY_DIGEST, INITRD, KERNEL};
 use crate::digest::{hash_file, StreamHasher};
@@ -23,6 +24,9 @@ pub struct PushRequest {
     pub image: ImageRef,
     pub target: OciRef,
     pub client: ClientSettings,
+    /// Push the disk zstd-compressed (its own media type; the disk's digest and size in the
+    /// annotations).
+    pub compress: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,16 +53,27 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     let repository = t.repository.as_str();
     let tag = t.tag.clone().unwrap_or_else(|| req.image.tag.clone());
     let record = store.require(&req.image)?;
-    let media_type = manifest::disk_media_type(&record.format).ok_or_else(|| OciError::Format {
+    let media_type = manifest::disk_media_type(&record.format, req.compress).ok_or_else(|| OciError::Format {
         reference: record.reference.clone(),
         format: record.format.clone(),
     })?;
-    let disk_size = std::fs::metadata(&record.path)
+    let mut record = record;
+    record.size = std::fs::metadata(&record.path)
         .map_err(|source| OciError::Io {
             path: record.path.clone(),
             source,
         })?
         .len();
+    // The layer to upload: the stored disk itself, or its zstd form in tmp/ (deleted on return).
+    let packed = if req.compress {
+        Some(pack(store, &record, progress)?)
+    } else {
+        None
+    };
+    let (disk_file, disk_digest, disk_size) = match &packed {
+        Some(p) => (p.path.clone(), p.digest.clone(), p.size),
+        None => (record.path.clone(), record.digest.clone(), record.size),
+    };
     let boot_blob = |path: &Path, media: &str| -> Result<Descriptor, OciError> {
         let io = |source| OciError::Io {
             path: path.to_path_buf(),
@@ -74,7 +89,7 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
         None => None,
     };
     let blobs = Blobs {
-        disk: Descriptor::new(media_type, &record.digest, disk_size),
+        disk: Descriptor::new(media_type, &disk_digest, disk_size),
         kernel,
         initrd,
     };
@@ -87,7 +102,7 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     let client = Client::new(registry, &req.client)?;
     let mut uploaded = 0;
     let mut skipped = 0;
-    let mut files = vec![("disk", record.path.clone(), blobs.disk.clone())];
+    let mut files = vec![("disk", disk_file, blobs.disk.clone())];
     if let (Some(b), Some(k)) = (&record.boot, &blobs.kernel) {
         files.push(("kernel", b.kernel.clone(), k.clone()));
         if let (Some(p), Some(i)) = (&b.initrd, &blobs.initrd) {
@@ -131,6 +146,49 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
         uploaded,
         skipped,
     })
+}
+
+/// A compressed copy of the disk in the store's `tmp/`, removed when dropped.
+struct Packed {
+    path: std::path::PathBuf,
+    digest: String,
+    size: u64,
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn pack(store: &ImageStore, record: &ImageRecord, progress: &mut dyn FnMut(PullEvent)) -> Result<Packed, OciError> {
+    let hex = crate::store::digest_hex(&record.digest)?;
+    let path = store
+        .tmp_dir()
+        .join(format!("push-{}-{}.zst.part", &hex[..16], std::process::id()));
+    progress(PullEvent::Note(format!(
+        "compressing the disk ({} bytes) with zstd",
+        record.size
+    )));
+    let t = std::time::Instant::now();
+    // Removed on every exit from here on, failure included.
+    let mut packed = Packed {
+        path,
+        digest: String::new(),
+        size: 0,
+    };
+    let (digest, size) = compress(&record.path, &packed.path).map_err(|source| OciError::Write {
+        path: packed.path.clone(),
+        source,
+    })?;
+    progress(PullEvent::Note(format!(
+        "compressed to {size} bytes ({:.0}%) in {:.1}s",
+        size as f64 * 100.0 / record.size.max(1) as f64,
+        t.elapsed().as_secs_f64()
+    )));
+    packed.digest = digest;
+    packed.size = size;
+    Ok(packed)
 }
 
 /// Streams `path` up, hashing what is sent; the upload is closed only if that hash is the

@@ -81,6 +81,7 @@ pub fn push(a: &PushArgs, settings: &Settings) -> anyhow::Result<()> {
         image: parse_ref(&a.image)?,
         target: target.clone(),
         client: client_settings(registry_of(&target), &a.ca_cert, a.insecure_registry, settings)?,
+        compress: a.compress,
     };
     let store = open_store(settings)?;
     let mut reporter = Reporter::new(settings.stderr_tty);
