@@ -4,10 +4,10 @@
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::client::{Client, ClientSettings};
+use super::client::{Client, ClientSettings, UploadEvent};
 use super::compress::compress;
 use super::error::OciError;
 use super::manifest::{self, Blobs, Descriptor, EMPTY_BYTES, EMPTY_DIGEST, INITRD, KERNEL};
@@ -210,6 +210,8 @@ fn upload_file(
     let mut reader = Hashing {
         inner: io::BufReader::with_capacity(1 << 20, file),
         hasher: &hasher,
+        pos: 0,
+        hashed: 0,
     };
     progress(PullEvent::Transfer(DownloadEvent::Start {
         offset: 0,
@@ -220,10 +222,13 @@ fn upload_file(
         &d.digest,
         d.size,
         &mut reader,
-        &mut |done| {
-            progress(PullEvent::Transfer(DownloadEvent::Progress {
-                done,
-                total: Some(d.size),
+        &mut |e| {
+            progress(PullEvent::Transfer(match e {
+                UploadEvent::Sent(done) => DownloadEvent::Progress {
+                    done,
+                    total: Some(d.size),
+                },
+                UploadEvent::Retry { attempt, offset, error } => DownloadEvent::Retry { attempt, offset, error },
             }))
         },
         &mut || {
@@ -242,15 +247,78 @@ fn upload_file(
     )
 }
 
+/// Hashes each byte of the file once as it is read, in order; bytes read again after a
+/// retry rewound it are not hashed twice.
 struct Hashing<'a, R> {
     inner: R,
     hasher: &'a RefCell<StreamHasher>,
+    /// Where the next read starts.
+    pos: u64,
+    /// Bytes `[0, hashed)` are in the hash.
+    hashed: u64,
 }
 
 impl<R: Read> Read for Hashing<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.borrow_mut().update(&buf[..n]);
+        let end = self.pos + n as u64;
+        if end > self.hashed {
+            // A rewind never goes past what was hashed, so pos <= hashed here.
+            let from = (self.hashed.saturating_sub(self.pos)) as usize;
+            self.hasher.borrow_mut().update(&buf[from..n]);
+            self.hashed = end;
+        }
+        self.pos = end;
         Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for Hashing<'_, R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let at = self.inner.seek(to)?;
+        if at > self.hashed {
+            return Err(io::Error::other("an upload may not skip bytes it has not sent"));
+        }
+        self.pos = at;
+        Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashing_rewound_reader_hashes_each_byte_once() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 256) as u8).collect();
+        let hasher = RefCell::new(StreamHasher::new(None));
+        let mut r = Hashing {
+            inner: io::Cursor::new(data.clone()),
+            hasher: &hasher,
+            pos: 0,
+            hashed: 0,
+        };
+
+        let mut sink = vec![0u8; 6000];
+        r.read_exact(&mut sink).unwrap();
+        r.seek(SeekFrom::Start(2500)).unwrap();
+        io::copy(&mut r, &mut io::sink()).unwrap();
+
+        let mut want = StreamHasher::new(None);
+        want.update(&data);
+        assert_eq!(hasher.into_inner().finish().sha256, want.finish().sha256);
+    }
+
+    #[test]
+    fn hashing_seek_past_hashed_refused() {
+        let hasher = RefCell::new(StreamHasher::new(None));
+        let mut r = Hashing {
+            inner: io::Cursor::new(vec![0u8; 100]),
+            hasher: &hasher,
+            pos: 0,
+            hashed: 0,
+        };
+
+        assert!(r.seek(SeekFrom::Start(50)).is_err());
     }
 }
