@@ -418,14 +418,14 @@ impl Client {
                 }
                 Err(e) if attempt < self.retries && transient(&e) => {
                     attempt += 1;
-                    let (at, next) = match self.upload_status(&location, &what)? {
-                        Some((kept, next)) if kept <= size => (kept, next),
-                        _ => (0, open()?),
+                    let (at, next, how) = match self.upload_status(&location, &what)? {
+                        Some((kept, next)) if kept <= size => (kept, next, "the registry kept the bytes before it"),
+                        _ => (0, open()?, "the registry dropped the upload session: a new one"),
                     };
                     progress(UploadEvent::Retry {
                         attempt,
                         offset: at,
-                        error: chain(&e),
+                        error: format!("chunk at byte {sent}: {}; {how}", chain(&e)),
                     });
                     std::thread::sleep(RETRY_PAUSE * 2u32.saturating_pow(attempt - 1));
                     location = next;
@@ -584,7 +584,13 @@ impl Client {
 /// `0-0` for an empty upload too, read as 0: resuming one byte early is refused with 416 and
 /// retried, resuming one byte late would corrupt the blob).
 fn upload_range(v: &str) -> Option<u64> {
-    let last: u64 = v.trim().strip_prefix("bytes=").unwrap_or(v.trim()).strip_prefix("0-")?.parse().ok()?;
+    let last: u64 = v
+        .trim()
+        .strip_prefix("bytes=")
+        .unwrap_or(v.trim())
+        .strip_prefix("0-")?
+        .parse()
+        .ok()?;
     Some(if last == 0 { 0 } else { last + 1 })
 }
 

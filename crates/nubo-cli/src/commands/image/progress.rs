@@ -57,7 +57,7 @@ impl Reporter {
             PullEvent::Note(line) => self.say(&line),
             PullEvent::Transfer(DownloadEvent::Progress { done, total }) => self.progress(done, total),
             PullEvent::Transfer(DownloadEvent::Retry { attempt, offset, error }) => self.say(&format!(
-                "transfer failed at byte {offset} ({error}); retrying (attempt {attempt})"
+                "transfer failed ({error}); retrying from byte {offset} (attempt {attempt})"
             )),
             PullEvent::Transfer(DownloadEvent::Restart { reason }) => {
                 self.say(&format!("{reason}; downloading from the start"))
