@@ -293,12 +293,18 @@ fn push_pull_interop_and_refusals() -> TestResult {
     if !out.stdout.starts_with(&format!("{local} {}", img.digest)) {
         return Err(format!("pull printed `{}`, not `{local} {}`", out.stdout, img.digest));
     }
+    // The registry reference names the pulled image too (stored under the local name).
     let rec = json(
-        &nubo_in(&dst, &["image", "inspect", &local], None, QUICK)?
+        &nubo_in(&dst, &["image", "inspect", &target], None, QUICK)?
             .require()?
             .stdout,
-        "image inspect",
+        "image inspect REGISTRY/REPO:TAG",
     )?;
+    if text_at(&rec, "/reference") != local {
+        return Err(format!(
+            "image inspect {target} is not the image stored as {local}: {rec}"
+        ));
+    }
     let want = [
         ("/digest", img.digest.clone()),
         ("/source/kind", "oci".into()),

@@ -117,11 +117,13 @@ pub struct LsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
+    /// `name:tag`, or the registry reference the image was pulled from (`REGISTRY/REPO:TAG`)
     pub reference: String,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct RmArgs {
+    /// `name:tag`, or the registry reference the image was pulled from (`REGISTRY/REPO:TAG`)
     pub reference: String,
 }
 

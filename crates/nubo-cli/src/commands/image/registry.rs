@@ -6,7 +6,7 @@ use nubo_image::{Added, ImageRecord, ImageStore, OciRef, PullEvent};
 use serde::Serialize;
 
 use super::progress::Reporter;
-use super::{human, open_store, parse_ref, report_change};
+use super::{human, open_store, parse_ref, report_change, stored_ref};
 use crate::cli::image::{LsRemoteArgs, PullArgs, PushArgs};
 use crate::commands::registry::client_settings;
 use crate::output::{print_json, print_table, Format as OutputFormat};
@@ -78,7 +78,7 @@ pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageR
 pub fn push(a: &PushArgs, settings: &Settings) -> anyhow::Result<()> {
     let target = oci_ref(&a.target)?;
     let req = PushRequest {
-        image: parse_ref(&a.image)?,
+        image: stored_ref(&a.image)?,
         target: target.clone(),
         client: client_settings(registry_of(&target), &a.ca_cert, a.insecure_registry, settings)?,
         compress: a.compress,
