@@ -420,6 +420,17 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
             .get(key::DISK_SIZE)
             .and_then(|v| v.parse::<u64>().ok())
             .ok_or_else(|| malformed(format!("a compressed disk layer without a numeric {}", key::DISK_SIZE)))?;
+        // A disk file is its virtual size plus metadata (qcow2's tables are ~1/8000 of it): an
+        // annotation far beyond would let decompression fill the host's disk.
+        if let Some(v) = meta.virtual_size {
+            let most = v.saturating_add(v / 16).saturating_add(64 << 20);
+            if size > most {
+                return Err(malformed(format!(
+                    "annotation {} says {size} bytes, more than a disk of virtual size {v} can be ({most})",
+                    key::DISK_SIZE
+                )));
+            }
+        }
         StoredDisk {
             digest: digest.clone(),
             compressed_to: Some(size),

@@ -257,3 +257,13 @@ fn classify_compressed_disk_without_digest_refused() {
 
     assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains(key::DISK_DIGEST)));
 }
+
+#[test]
+fn classify_compressed_disk_size_beyond_virtual_refused() {
+    let mut m = render(&record(), &compressed_blobs());
+    m.annotations.insert(key::DISK_SIZE.into(), (1u64 << 40).to_string());
+
+    let r = classify(&m.to_bytes());
+
+    assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains("more than a disk of virtual size")));
+}
