@@ -1,12 +1,21 @@
 //! A fault-injecting TCP proxy on 127.0.0.1 between nubo and a real server: it forwards bytes
-//! both ways untouched (TLS passes through end to end) and cuts the one connection on which
-//! the client's bytes cross a threshold, once. The fault is fake; the server is not.
+//! both ways untouched (TLS passes through end to end) and, once the client has sent a
+//! threshold of bytes, cuts one connection, once: in the middle of what the client is sending
+//! ([`Cut::MidRequest`]), or on the first bytes of the client's next request after the server
+//! answered, none of which reach the server ([`Cut::BetweenRequests`]). The fault is fake; the
+//! server is not.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    MidRequest,
+    BetweenRequests,
+}
 
 pub struct CuttingProxy {
     /// `127.0.0.1:PORT` to point the client at.
@@ -18,7 +27,7 @@ pub struct CuttingProxy {
 impl CuttingProxy {
     /// Forwards to `upstream` (`host:port`); the connection carrying client byte number
     /// `cut_after` (counted over all connections) is closed both ways.
-    pub fn start(upstream: &str, cut_after: u64) -> Result<CuttingProxy, String> {
+    pub fn start(upstream: &str, cut_after: u64, how: Cut) -> Result<CuttingProxy, String> {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("proxy: cannot listen: {e}"))?;
         let host = format!("127.0.0.1:{}", listener.local_addr().map_err(|e| e.to_string())?.port());
         let cut = Arc::new(AtomicBool::new(false));
@@ -37,7 +46,7 @@ impl CuttingProxy {
                 };
                 let (c, sent) = (c.clone(), sent.clone());
                 thread::spawn(move || {
-                    let _ = relay(client, server, &c, &sent, cut_after);
+                    let _ = relay(client, server, &c, &sent, cut_after, how);
                 });
             }
         });
@@ -58,11 +67,31 @@ impl Drop for CuttingProxy {
     }
 }
 
-fn relay(client: TcpStream, server: TcpStream, cut: &AtomicBool, sent: &AtomicU64, cut_after: u64) -> io::Result<()> {
+fn relay(
+    client: TcpStream,
+    server: TcpStream,
+    cut: &AtomicBool,
+    sent: &AtomicU64,
+    cut_after: u64,
+    how: Cut,
+) -> io::Result<()> {
     let (mut c_read, mut s_write) = (client.try_clone()?, server.try_clone()?);
     let (mut s_read, mut c_write) = (server.try_clone()?, client.try_clone()?);
+    // Whether the server sent anything since the client last did: the client's next bytes
+    // start a new request.
+    let answered = Arc::new(AtomicBool::new(false));
+    let a = answered.clone();
     let back = thread::spawn(move || {
-        let _ = io::copy(&mut s_read, &mut c_write);
+        let mut buf = vec![0u8; 64 << 10];
+        while let Ok(n) = s_read.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            a.store(true, Ordering::SeqCst);
+            if c_write.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
         let _ = c_write.shutdown(Shutdown::Write);
     });
     let mut buf = vec![0u8; 64 << 10];
@@ -73,7 +102,13 @@ fn relay(client: TcpStream, server: TcpStream, cut: &AtomicBool, sent: &AtomicU6
             break;
         }
         let before = sent.fetch_add(n as u64, Ordering::SeqCst);
-        if before + n as u64 > cut_after && !cut.swap(true, Ordering::SeqCst) {
+        let new_request = answered.swap(false, Ordering::SeqCst);
+        if how == Cut::BetweenRequests && before >= cut_after && new_request && !cut.swap(true, Ordering::SeqCst) {
+            let _ = client.shutdown(Shutdown::Both);
+            let _ = server.shutdown(Shutdown::Both);
+            break;
+        }
+        if how == Cut::MidRequest && before + n as u64 > cut_after && !cut.swap(true, Ordering::SeqCst) {
             // Forward what fits below the threshold, then cut this connection both ways.
             let keep = cut_after.saturating_sub(before) as usize;
             let _ = s_write.write_all(&buf[..keep]);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nubo_image::digest::sha256_bytes;
 use nubo_live::cli::{json, nubo_in, run_in};
-use nubo_live::faults::CuttingProxy;
+use nubo_live::faults::{Cut, CuttingProxy};
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
 
@@ -614,7 +614,7 @@ fn bearer_token_and_push_retry() -> TestResult {
 
     // Push through a proxy that cuts the upload once, 100 MiB in (inside the second 64 MiB
     // chunk of the disk).
-    let proxy = CuttingProxy::start(&host, 100 << 20)?;
+    let proxy = CuttingProxy::start(&host, 100 << 20, Cut::MidRequest)?;
     login_at(&src, &reg, &proxy.host)?;
     let target = format!("{}/nubo/debian:12", proxy.host);
     let t = Instant::now();
@@ -640,6 +640,36 @@ fn bearer_token_and_push_retry() -> TestResult {
         out.stderr.lines().find(|l| l.contains("retrying")).unwrap_or_default()
     );
     let digest = out.stdout.trim().rsplit('@').next().unwrap_or_default().to_owned();
+
+    // Cut between two chunks instead (the registry saw none of the next PATCH): the upload's
+    // status says how far it got and the push goes on from there, not from 0.
+    let between = CuttingProxy::start(&host, 100 << 20, Cut::BetweenRequests)?;
+    login_at(&src, &reg, &between.host)?;
+    let out = nubo_in(
+        &src,
+        &[
+            "image",
+            "push",
+            "debian:12",
+            &format!("{}/nubo/resumed:12", between.host),
+            "--ca-cert",
+            &ca,
+        ],
+        None,
+        TRANSFER,
+    )?
+    .require()?;
+    let resumed = out.stderr.lines().find(|l| l.contains("retrying")).unwrap_or_default();
+    println!("resume: {resumed}");
+    if !between.did_cut() || !resumed.contains("the registry kept") || resumed.contains("from byte 0 ") {
+        return Err(format!(
+            "a cut between chunks did not resume from the registry's offset:\n{}",
+            out.stderr
+        ));
+    }
+    if !out.stdout.trim().ends_with(&digest) {
+        return Err(format!("the resumed push gave {}, not {digest}", out.stdout.trim()));
+    }
 
     // Straight to the registry with tokens: ls-remote, then a pull by digest into a fresh root
     // (every blob verified: the retried upload is whole).
