@@ -6,8 +6,6 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, SyncSender};
-use std::thread::JoinHandle;
 
 use super::client::{Client, ClientSettings, UploadEvent};
 use super::compress::compress;
@@ -208,7 +206,7 @@ fn upload_file(
         path: path.to_path_buf(),
         source,
     })?;
-    let hasher = RefCell::new(BackgroundHash::start());
+    let hasher = RefCell::new(StreamHasher::new(None));
     let mut reader = Hashing {
         inner: io::BufReader::with_capacity(1 << 20, file),
         hasher: &hasher,
@@ -234,8 +232,8 @@ fn upload_file(
             }))
         },
         &mut || {
-            let got = hasher.borrow_mut().finish();
-            if got.as_deref() == Some(d.digest.as_str()) {
+            let got = hasher.replace(StreamHasher::new(None)).finish().sha256.to_string();
+            if got == d.digest {
                 Ok(())
             } else {
                 Err(OciError::StoreDamaged {
@@ -249,56 +247,11 @@ fn upload_file(
     )
 }
 
-/// sha256 on its own thread: the sending thread hands it copies of what it read, so TLS and
-/// the hash run side by side instead of taking turns (push ran at 0.95x of skopeo with both
-/// on one thread).
-struct BackgroundHash {
-    tx: Option<SyncSender<Vec<u8>>>,
-    thread: Option<JoinHandle<StreamHasher>>,
-}
-
-impl BackgroundHash {
-    fn start() -> Self {
-        // A few MiB in flight at most: the sender waits when the hash falls behind.
-        let (tx, rx) = sync_channel::<Vec<u8>>(64);
-        let thread = std::thread::spawn(move || {
-            let mut h = StreamHasher::new(None);
-            for b in rx {
-                h.update(&b);
-            }
-            h
-        });
-        BackgroundHash {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(bytes.to_vec());
-        }
-    }
-
-    /// The sha256 of everything given; `None` if called twice or the thread died.
-    fn finish(&mut self) -> Option<String> {
-        drop(self.tx.take());
-        let h = self.thread.take()?.join().ok()?;
-        Some(h.finish().sha256.to_string())
-    }
-}
-
-impl Drop for BackgroundHash {
-    fn drop(&mut self) {
-        let _ = self.finish();
-    }
-}
-
 /// Hashes each byte of the file once as it is read, in order; bytes read again after a
 /// retry rewound it are not hashed twice.
 struct Hashing<'a, R> {
     inner: R,
-    hasher: &'a RefCell<BackgroundHash>,
+    hasher: &'a RefCell<StreamHasher>,
     /// Where the next read starts.
     pos: u64,
     /// Bytes `[0, hashed)` are in the hash.
@@ -338,7 +291,7 @@ mod tests {
     #[test]
     fn hashing_rewound_reader_hashes_each_byte_once() {
         let data: Vec<u8> = (0..10_000u32).map(|i| (i % 256) as u8).collect();
-        let hasher = RefCell::new(BackgroundHash::start());
+        let hasher = RefCell::new(StreamHasher::new(None));
         let mut r = Hashing {
             inner: io::Cursor::new(data.clone()),
             hasher: &hasher,
@@ -353,12 +306,12 @@ mod tests {
 
         let mut want = StreamHasher::new(None);
         want.update(&data);
-        assert_eq!(hasher.borrow_mut().finish(), Some(want.finish().sha256.to_string()));
+        assert_eq!(hasher.into_inner().finish().sha256, want.finish().sha256);
     }
 
     #[test]
     fn hashing_seek_past_hashed_refused() {
-        let hasher = RefCell::new(BackgroundHash::start());
+        let hasher = RefCell::new(StreamHasher::new(None));
         let mut r = Hashing {
             inner: io::Cursor::new(vec![0u8; 100]),
             hasher: &hasher,
