@@ -501,6 +501,68 @@ fn push_pull_interop_and_refusals() -> TestResult {
     out.refused(&["nothing was stored"])?;
     expect_empty_store(&fresh)?;
 
+    // A zstd disk layer whose annotations lie: decompressed to another sha256, or to more
+    // bytes than annotated (the bound a decompression bomb hits). Refused, nothing stored.
+    let zpushed = nubo_in(
+        &src,
+        &[
+            "image",
+            "push",
+            "small:1",
+            &format!("{host}/nubo/small:z"),
+            "--compress",
+            "--ca-cert",
+            &ca,
+        ],
+        None,
+        QUICK,
+    )?
+    .require()?;
+    let zdigest = zpushed.stdout.trim().rsplit('@').next().unwrap_or_default().to_owned();
+    let zbytes = client(&reg)?
+        .manifest("nubo/small", &zdigest, "nubo/small")
+        .map_err(|e| e.to_string())?
+        .ok_or("the compressed manifest is gone")?;
+    let zm: serde_json::Value = json(&String::from_utf8_lossy(&zbytes), "compressed manifest")?;
+    if !text_at(&zm, "/layers/0/mediaType").ends_with("+zstd") {
+        return Err(format!("push --compress did not push a +zstd disk layer: {zm}"));
+    }
+    let disk_size: u64 = text_at(&zm, "/annotations/io.nubo.image.disk.size")
+        .parse()
+        .unwrap_or(0);
+    let lies = [
+        (
+            "zdigest",
+            "io.nubo.image.disk.digest",
+            format!("sha256:{}", "5".repeat(64)),
+            "does not match its digest",
+        ),
+        (
+            "zsize",
+            "io.nubo.image.disk.size",
+            (disk_size / 2).to_string(),
+            "decompresses to more than",
+        ),
+    ];
+    for (tag, key, value, why) in lies {
+        let mut m = zm.clone();
+        m["annotations"][key] = serde_json::json!(value);
+        put_manifest(
+            &reg,
+            "nubo/small",
+            tag,
+            &serde_json::to_vec(&m).map_err(|e| e.to_string())?,
+        )?;
+        nubo_in(
+            &fresh,
+            &["image", "pull", &format!("{host}/nubo/small:{tag}"), "--ca-cert", &ca],
+            None,
+            QUICK,
+        )?
+        .refused(&[why, "nothing was stored"])?;
+        expect_empty_store(&fresh)?;
+    }
+
     // Logout forgets the credentials.
     nubo_in(&fresh, &["registry", "logout", &host], None, QUICK)?.require()?;
     nubo_in(&fresh, &["image", "pull", &pinned_ref, "--ca-cert", &ca], None, QUICK)?.refused(&["HTTP 401"])?;
@@ -510,6 +572,14 @@ fn push_pull_interop_and_refusals() -> TestResult {
 
 /// PUTs a hand-made manifest with nubo's client (as a hostile publisher would).
 fn put_manifest(reg: &Registry, repo: &str, tag: &str, bytes: &[u8]) -> TestResult {
+    client(reg)?
+        .put_manifest(repo, tag, bytes)
+        .map(drop)
+        .map_err(|e| format!("{e:#?}"))
+}
+
+/// nubo's own client with the registry's CA and the test credentials.
+fn client(reg: &Registry) -> Result<nubo_image::oci::Client, String> {
     let settings = nubo_image::oci::ClientSettings {
         tls: nubo_image::TlsSettings {
             ca_bundle: None,
@@ -522,10 +592,7 @@ fn put_manifest(reg: &Registry, repo: &str, tag: &str, bytes: &[u8]) -> TestResu
         }),
         retries: 0,
     };
-    let c = nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())?;
-    c.put_manifest(repo, tag, bytes)
-        .map(drop)
-        .map_err(|e| format!("{e:#?}"))
+    nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())
 }
 
 fn flip_byte(path: &Path, at: u64) -> Result<u8, String> {
