@@ -401,6 +401,8 @@ fn record(
             checksum: Some(art.disk.digest.clone()),
             serial: None,
             recipe: None,
+            source_date_epoch: None,
+            packages: None,
             manifest: Some(manifest_digest.to_owned()),
             origin: m.origin.clone().map(Box::new),
         },
