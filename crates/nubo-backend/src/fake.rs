@@ -192,6 +192,7 @@ impl Backend for FakeBackend {
             ssh: None,
             guest_addresses: Vec::new(),
             network: "fake".into(),
+            predicted: false,
         })
     }
     fn console(&self, vm: &VmRef) -> ConsoleLog {

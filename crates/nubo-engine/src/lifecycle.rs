@@ -173,6 +173,19 @@ impl Engine {
     pub(crate) fn teardown(&self, rec: &VmRecord) -> Result<(), EngineError> {
         let dir = self.roots.vm_dir(&rec.name);
         self.backend_of(rec)?.destroy(&rec.vm_ref(&dir))?;
+        // The run directory is the engine's choice (`MachineSpec::run_dir`); a backend removes
+        // it with the state that names it, but a create interrupted before the backend's state
+        // was recorded leaves it to the engine.
+        let run = self.roots.vm_run_dir(&rec.name);
+        if let Err(e) = fs::remove_dir_all(&run) {
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(EngineError::Io {
+                    name: rec.name.clone(),
+                    what: format!("removing {}", run.display()),
+                    source: e,
+                });
+            }
+        }
         match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(EngineError::Io {
                 name: rec.name.clone(),
@@ -272,10 +285,14 @@ impl Engine {
             });
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
-        let ssh_addr = backend.reach(&rec.vm_ref(&dir))?.ssh;
+        let reach = backend.reach(&rec.vm_ref(&dir))?;
         let mut probes = LiveProbes {
             ssh: None,
-            ssh_addr,
+            ssh_addr: reach.ssh,
+            predicted: reach
+                .predicted
+                .then(|| reach.guest_addresses.first().cloned())
+                .flatten(),
             engine: self,
             rec: &rec,
             dir: dir.clone(),
@@ -312,6 +329,8 @@ struct LiveProbes<'a> {
     dir: PathBuf,
     backend: &'a dyn Backend,
     ssh_addr: Option<std::net::SocketAddr>,
+    /// The guest's address, when the backend predicted it rather than observed it.
+    predicted: Option<String>,
     ssh: Option<SshWatcher>,
 }
 
@@ -359,6 +378,12 @@ impl Probes for LiveProbes<'_> {
             .get_or_insert_with(|| SshWatcher::start(addr))
             .up
             .load(Ordering::Relaxed)
+    }
+
+    fn predicted_address(&mut self) -> Option<(String, nubo_backend::AddressCheck)> {
+        let address = self.predicted.clone()?;
+        let check = self.backend.check_address(&self.rec.vm_ref(&self.dir))?;
+        Some((address, check))
     }
 
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {

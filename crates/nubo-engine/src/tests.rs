@@ -301,6 +301,21 @@ fn rm_running_without_force_refused_then_forced() {
 }
 
 #[test]
+fn rm_removes_the_run_directory_the_backend_did_not() {
+    let t = fake();
+    t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+    // What a VMM left in the run directory the engine gave it, its state not naming it (a
+    // create interrupted before the backend's state was recorded).
+    let run = t.engine.roots.vm_run_dir("web");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("api.sock"), b"").unwrap();
+
+    assert!(t.engine.remove("web", true, &mut quiet()).unwrap());
+
+    assert!(!run.exists(), "{} left behind", run.display());
+}
+
+#[test]
 fn rm_absent_vm_is_success_and_makes_nothing() {
     let t = fake();
 
@@ -491,4 +506,44 @@ fn plan_kernel_boot_on_default_machine_keeps_qemu() {
     let plan = engine.dry_run(&s).unwrap();
 
     assert_eq!(plan.backend, "qemu");
+}
+
+#[test]
+fn plan_microvm_restricted_network_passes_cloud_hypervisor_over_for_qemu() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.network = Network::Restricted;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "qemu");
+    assert_eq!(plan.backend_source, nubo_backend::Source::Heuristic);
+}
+
+#[test]
+fn plan_microvm_network_none_picks_cloud_hypervisor_without_a_network() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.network = Network::None;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "cloud-hypervisor");
+    assert_eq!(plan.network, nubo_backend::NetworkMode::None);
 }

@@ -182,6 +182,14 @@ pub struct CreateArgs {
     /// Cut the guest off from every network but its forwarded ports (QEMU `restrict=on`)
     #[arg(long)]
     pub restrict_network: bool,
+    /// The guest's network: `forward` (default), `restricted` (as --restrict-network), `none`
+    /// (no network device: console only), or a named network (libvirt)
+    #[arg(
+        long,
+        value_name = "forward|restricted|none|NAME",
+        conflicts_with = "restrict_network"
+    )]
+    pub network: Option<String>,
     /// User `nubo vm ssh` logs in as (default: the image's default user)
     #[arg(long)]
     pub ssh_user: Option<String>,
