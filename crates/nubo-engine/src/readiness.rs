@@ -13,6 +13,8 @@ use serde::Serialize;
 pub enum Phase {
     VmmRunning,
     KernelBooting,
+    /// The backend saw the guest's DHCP lease bearing the VM's name (libvirt).
+    AddressLeased,
     SshReachable,
     CloudInitFinished,
 }
@@ -22,6 +24,7 @@ impl Phase {
         match self {
             Phase::VmmRunning => "VMM running",
             Phase::KernelBooting => "kernel booting",
+            Phase::AddressLeased => "DHCP lease with the VM's hostname",
             Phase::SshReachable => "SSH reachable",
             Phase::CloudInitFinished => "cloud-init finished",
         }
@@ -156,6 +159,10 @@ pub trait Probes {
     fn ssh_banner(&mut self) -> bool;
     /// `cloud-init status --wait --long` over SSH, for guests whose console says nothing.
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>>;
+    /// The backend's own network signal (a DHCP lease bearing the VM's name), when it has one.
+    fn leased(&mut self) -> bool {
+        false
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -332,6 +339,9 @@ pub fn wait(
         }
         if last_ssh_check.elapsed() >= Duration::from_secs(2) {
             last_ssh_check = Instant::now();
+            if seen < Some(Phase::AddressLeased) && probes.leased() {
+                reach(Phase::AddressLeased, &mut seen);
+            }
             if probes.ssh_banner() {
                 reach(Phase::SshReachable, &mut seen);
                 if target == WaitFor::Ssh {

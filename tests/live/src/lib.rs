@@ -10,6 +10,7 @@
 
 pub mod cli;
 pub mod fixture;
+pub mod libvirtd;
 pub mod prereq;
 pub mod process;
 pub mod pvh;
