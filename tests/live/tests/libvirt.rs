@@ -258,6 +258,29 @@ fn booted(root: &TestRoot, lv: &Libvirtd) -> TestResult {
         return Err("`vm ls` does not say running".into());
     }
 
+    // A memory snapshot, restored: a file written after it is gone, the uptime is back.
+    let t = Instant::now();
+    nubo(root, &["vm", "snapshot", "create", VM, "s1"], QUICK)?.require()?;
+    println!("timing snapshot create (memory): {:.1}s", t.elapsed().as_secs_f64());
+    let at_snap = uptime(root)?;
+    guest(root, VM, "touch /var/tmp/after-snapshot && sync")?;
+    std::thread::sleep(Duration::from_secs(5));
+    let before_restore = uptime(root)?;
+    let t = Instant::now();
+    nubo(root, &["vm", "snapshot", "restore", VM, "s1"], QUICK)?.require()?;
+    println!("timing snapshot restore (memory): {:.1}s", t.elapsed().as_secs_f64());
+    let g = guest(root, VM, "test -e /var/tmp/after-snapshot && echo present || echo gone")?;
+    if g != "gone" {
+        return Err(format!("after restoring s1, the file written after it is {g}"));
+    }
+    let after_restore = uptime(root)?;
+    if after_restore >= before_restore || after_restore + 1.0 < at_snap {
+        return Err(format!(
+            "uptime not back to the snapshot's: {at_snap:.1}s at the snapshot, {before_restore:.1}s before restore, {after_restore:.1}s after"
+        ));
+    }
+    snapshots_listed(root, "after restore")?;
+
     // stop/start keeps the instance; the seed volume is not rewritten.
     let seed_before = fs::read(&seed_path).map_err(|e| format!("reading {seed_path}: {e}"))?;
     nubo(root, &["vm", "stop", VM], QUICK)?.require()?;
@@ -279,6 +302,7 @@ fn booted(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     if lv.virsh(&["domuuid", VM])?.require()?.stdout.trim() != dom_uuid {
         return Err("the domain's UUID changed across stop/start".into());
     }
+    snapshots_listed(root, "after stop/start")?;
     let seed_after = fs::read(&seed_path).map_err(|e| format!("reading {seed_path}: {e}"))?;
     if seed_before != seed_after {
         return Err("the seed volume was rewritten by start".into());
@@ -296,4 +320,27 @@ fn booted(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     no_qemu(root, "after rm")?;
     vms_empty(root, "after rm")?;
     Ok(())
+}
+
+/// The guest's uptime in seconds.
+fn uptime(root: &TestRoot) -> Result<f64, String> {
+    let out = guest(root, VM, "cut -d' ' -f1 /proc/uptime")?;
+    out.trim().parse().map_err(|_| format!("unreadable uptime {out:?}"))
+}
+
+/// `vm snapshot ls` lists `s1`, complete, with memory.
+fn snapshots_listed(root: &TestRoot, when: &str) -> TestResult {
+    let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
+    let v: serde_json::Value =
+        serde_json::from_str(&out.stdout).map_err(|e| format!("`snapshot ls -o json` is not JSON ({e}): {}", out.stdout))?;
+    let found = v["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["name"] == "s1" && s["has_memory"] == true && s["status"] == "ok");
+    if found {
+        Ok(())
+    } else {
+        Err(format!("{when}: `snapshot ls` does not list s1 with memory, ok: {}", out.stdout))
+    }
 }

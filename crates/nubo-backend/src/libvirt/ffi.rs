@@ -77,6 +77,13 @@ struct Api {
     vol_download: unsafe extern "C" fn(Ptr, Ptr, c_ulonglong, c_ulonglong, c_uint) -> c_int,
     vol_delete: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
     vol_free: unsafe extern "C" fn(Ptr) -> c_int,
+    snapshot_create_xml: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> Ptr,
+    snapshot_lookup_by_name: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> Ptr,
+    snapshot_get_xml_desc: unsafe extern "C" fn(Ptr, c_uint) -> *mut c_char,
+    snapshot_revert: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
+    snapshot_delete: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
+    snapshot_free: unsafe extern "C" fn(Ptr) -> c_int,
+    domain_list_all_snapshots: unsafe extern "C" fn(Ptr, *mut *mut Ptr, c_uint) -> c_int,
     stream_new: unsafe extern "C" fn(Ptr, c_uint) -> Ptr,
     stream_send: unsafe extern "C" fn(Ptr, *const c_char, usize) -> c_int,
     stream_recv: unsafe extern "C" fn(Ptr, *mut c_char, usize) -> c_int,
@@ -175,6 +182,13 @@ fn load() -> Result<Api, String> {
         vol_download: sym!(lib, "virStorageVolDownload"),
         vol_delete: sym!(lib, "virStorageVolDelete"),
         vol_free: sym!(lib, "virStorageVolFree"),
+        snapshot_create_xml: sym!(lib, "virDomainSnapshotCreateXML"),
+        snapshot_lookup_by_name: sym!(lib, "virDomainSnapshotLookupByName"),
+        snapshot_get_xml_desc: sym!(lib, "virDomainSnapshotGetXMLDesc"),
+        snapshot_revert: sym!(lib, "virDomainRevertToSnapshot"),
+        snapshot_delete: sym!(lib, "virDomainSnapshotDelete"),
+        snapshot_free: sym!(lib, "virDomainSnapshotFree"),
+        domain_list_all_snapshots: sym!(lib, "virDomainListAllSnapshots"),
         stream_new: sym!(lib, "virStreamNew"),
         stream_send: sym!(lib, "virStreamSend"),
         stream_recv: sym!(lib, "virStreamRecv"),
@@ -278,6 +292,14 @@ handle!(Domain, domain_free);
 handle!(Network, network_free);
 handle!(StoragePool, pool_free);
 handle!(StorageVol, vol_free);
+handle!(DomainSnapshot, snapshot_free);
+
+/// `VIR_ERR_NO_DOMAIN_SNAPSHOT`.
+pub const ERR_NO_DOMAIN_SNAPSHOT: i32 = 72;
+/// `VIR_DOMAIN_SNAPSHOT_CREATE_REDEFINE`: restore a snapshot's metadata from its saved XML.
+pub const SNAPSHOT_CREATE_REDEFINE: u32 = 1;
+/// `VIR_DOMAIN_SNAPSHOT_CREATE_CURRENT`: with REDEFINE, make it the current one.
+pub const SNAPSHOT_CREATE_CURRENT: u32 = 2;
 
 /// Domain states (`virDomainState`), as nubo needs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -547,6 +569,67 @@ impl Domain {
     }
 }
 
+impl Domain {
+    /// Takes a snapshot described by `xml` (internal, with memory when running).
+    pub fn snapshot_create(&self, xml: &str, flags: u32) -> Result<DomainSnapshot, VirtError> {
+        let x = cstring(xml)?;
+        // SAFETY: live domain, NUL-terminated XML.
+        DomainSnapshot::wrap(self.api, unsafe {
+            (self.api.snapshot_create_xml)(self.ptr, x.as_ptr(), flags)
+        })
+    }
+
+    pub fn snapshot(&self, name: &str) -> Result<Option<DomainSnapshot>, VirtError> {
+        let n = cstring(name)?;
+        // SAFETY: live domain, NUL-terminated name.
+        none_if(
+            DomainSnapshot::wrap(self.api, unsafe {
+                (self.api.snapshot_lookup_by_name)(self.ptr, n.as_ptr(), 0)
+            }),
+            ERR_NO_DOMAIN_SNAPSHOT,
+        )
+    }
+
+    /// Every snapshot's XML.
+    pub fn snapshots(&self) -> Result<Vec<String>, VirtError> {
+        let mut list: *mut Ptr = std::ptr::null_mut();
+        // SAFETY: live domain, valid out-pointer.
+        let n = check(self.api, unsafe {
+            (self.api.domain_list_all_snapshots)(self.ptr, &mut list, 0)
+        })?;
+        let mut handles = Vec::new();
+        for i in 0..n as usize {
+            // SAFETY: libvirt returned an array of `n` snapshot pointers, each owned by the caller.
+            handles.push(DomainSnapshot {
+                api: self.api,
+                ptr: unsafe { *list.add(i) },
+            });
+        }
+        if !list.is_null() {
+            // SAFETY: the array was malloc'd by libvirt; its elements are now owned by `handles`.
+            unsafe { libc::free(list.cast()) };
+        }
+        handles.iter().map(DomainSnapshot::xml).collect()
+    }
+}
+
+impl DomainSnapshot {
+    pub fn xml(&self) -> Result<String, VirtError> {
+        // SAFETY: live snapshot.
+        take_string(self.api, unsafe { (self.api.snapshot_get_xml_desc)(self.ptr, 0) })
+    }
+
+    pub fn revert(&self, flags: u32) -> Result<(), VirtError> {
+        // SAFETY: live snapshot.
+        check(self.api, unsafe { (self.api.snapshot_revert)(self.ptr, flags) }).map(drop)
+    }
+
+    pub fn delete(&self) -> Result<(), VirtError> {
+        // SAFETY: live snapshot; flags 0 = this snapshot only (children are re-parented).
+        check(self.api, unsafe { (self.api.snapshot_delete)(self.ptr, 0) }).map(drop)
+    }
+}
+
 impl Network {
     pub fn is_active(&self) -> Result<bool, VirtError> {
         // SAFETY: live network.
@@ -638,4 +721,3 @@ impl StorageVol {
         check(self.api, unsafe { (self.api.vol_delete)(self.ptr, 0) }).map(drop)
     }
 }
-

@@ -23,8 +23,8 @@ use self::ffi::{Connection, Domain, DomainState, VirtError};
 use self::render::{DomainParams, Machine, Net, SeedSource};
 use crate::spec::{Boot, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
 use crate::{
-    Backend, BackendError, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, Defined, HostCheck, Launch,
-    Probe, Reach, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, Defined,
+    HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 const ID: &str = "libvirt";
@@ -374,7 +374,7 @@ impl Backend for LibvirtBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            snapshot: false,
+            snapshot: true,
             pause: false,
             direct_kernel: true,
             efi: true,
@@ -593,6 +593,8 @@ impl Backend for LibvirtBackend {
         // Redefined on every boot from the recorded machine: the XML is nubo's, always.
         let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid))?);
         let dom = self.define_xml(&conn, &xml, &spec.name)?;
+        // Snapshots whose metadata libvirt lost come back from their saved XML.
+        redefine_snapshots(&dom, &spec.vm_dir, &spec.uuid)?;
         dom.start()
             .map_err(remote(format!("starting domain `{}`", spec.name)))?;
         let mut notes = vec![format!(
@@ -721,6 +723,92 @@ impl Backend for LibvirtBackend {
         }
     }
 
+    fn snapshot_create(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        let running = dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped;
+        let t0 = Instant::now();
+        let snap = dom
+            .snapshot_create(&render::snapshot(name), 0)
+            .map_err(remote(format!("snapshot `{name}` of domain `{}`", vm.name)))?;
+        let frozen = running.then(|| t0.elapsed());
+        let xml = snap.xml().map_err(remote(format!("snapshot `{name}`")))?;
+        save_snapshot_xml(vm.vm_dir, name, &xml)?;
+        Ok(SnapshotTaken {
+            snapshot: backend_snapshot(&xml, vm.name)?,
+            frozen,
+        })
+    }
+
+    fn snapshot_list(&self, vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        dom.snapshots()
+            .map_err(remote(format!("snapshots of domain `{}`", vm.name)))?
+            .iter()
+            .map(|x| backend_snapshot(x, vm.name))
+            .collect()
+    }
+
+    fn snapshot_delete(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        if let Some(snap) = dom.snapshot(name).map_err(remote(format!("snapshot `{name}`")))? {
+            snap.delete()
+                .map_err(remote(format!("deleting snapshot `{name}` of domain `{}`", vm.name)))?;
+        }
+        let _ = std::fs::remove_file(snapshot_xml_path(vm.vm_dir, name));
+        Ok(())
+    }
+
+    fn snapshot_restore(
+        &self,
+        spec: &MachineSpec,
+        state: &mut serde_json::Value,
+        name: &str,
+    ) -> Result<Restored, BackendError> {
+        let vm = VmRef {
+            name: &spec.name,
+            uuid: &spec.uuid,
+            vm_dir: &spec.vm_dir,
+            state,
+        };
+        let (_, dom) = self.domain_of(&vm)?;
+        let snap = dom
+            .snapshot(name)
+            .map_err(remote(format!("snapshot `{name}`")))?
+            .ok_or_else(|| {
+                BackendError::InvalidSpec(format!(
+                    "domain `{0}` has no snapshot `{name}`: `nubo vm snapshot ls {0}` lists what it holds",
+                    spec.name
+                ))
+            })?;
+        let info = xml::parse_snapshot(&snap.xml().map_err(remote(format!("snapshot `{name}`")))?).map_err(|e| {
+            BackendError::Remote {
+                what: format!("snapshot `{name}`"),
+                detail: e,
+            }
+        })?;
+        let running = dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped;
+        if running && !info.has_memory() {
+            return Err(BackendError::InvalidSpec(format!(
+                "snapshot `{name}` of VM `{0}` holds no memory (it was taken while the VM was stopped), so it cannot replace a running guest: stop the VM (`nubo vm stop {0}`) and restore it again to revert the disk",
+                spec.name
+            )));
+        }
+        snap.revert(0)
+            .map_err(remote(format!("reverting domain `{}` to snapshot `{name}`", spec.name)))?;
+        Ok(match (running, info.has_memory()) {
+            (true, _) => Restored::Running,
+            (false, false) => Restored::DiskOnly,
+            (false, true) => Restored::Started(BootInfo {
+                pid: None,
+                launch: Launch::Xml(dom.xml(0).unwrap_or_default()),
+                notes: vec![format!(
+                    "domain `{}` started from snapshot `{name}`'s memory",
+                    spec.name
+                )],
+            }),
+        })
+    }
+
     fn lease_hostname(&self, vm: &VmRef) -> Option<String> {
         self.lease_of(vm).ok().flatten()
     }
@@ -734,6 +822,72 @@ impl Backend for LibvirtBackend {
     }
 }
 
+fn snapshot_xml_path(vm_dir: &Path, name: &str) -> PathBuf {
+    vm_dir.join("snapshots").join(format!("{name}.xml"))
+}
+
+/// Keeps a snapshot's XML under `vms/<name>/snapshots/`, so it can be redefined after any
+/// define that lost libvirt's metadata.
+fn save_snapshot_xml(vm_dir: &Path, name: &str, xml: &str) -> Result<(), BackendError> {
+    let dir = vm_dir.join("snapshots");
+    std::fs::create_dir_all(&dir).map_err(BackendError::io(format!("creating {}", dir.display())))?;
+    let path = snapshot_xml_path(vm_dir, name);
+    nubo_core::write_atomic(&path, xml.as_bytes()).map_err(BackendError::io(format!("writing {}", path.display())))
+}
+
+fn backend_snapshot(xml: &str, vm: &str) -> Result<BackendSnapshot, BackendError> {
+    let info = xml::parse_snapshot(xml).map_err(|e| BackendError::Remote {
+        what: format!("a snapshot of domain `{vm}`"),
+        detail: e,
+    })?;
+    Ok(BackendSnapshot {
+        has_memory: info.has_memory(),
+        vm_state_size: 0,
+        created: info
+            .created
+            .map(|t| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()),
+        name: info.name,
+    })
+}
+
+/// Snapshots saved under `vms/<name>/snapshots/` that libvirt does not know (its metadata was
+/// lost with an undefine, say) are redefined onto `dom`, parents first, with `uuid` written in.
+fn redefine_snapshots(dom: &Domain, vm_dir: &Path, uuid: &str) -> Result<usize, BackendError> {
+    let mut saved: Vec<(u64, String)> = Vec::new();
+    for e in std::fs::read_dir(vm_dir.join("snapshots"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "xml") {
+            continue;
+        }
+        let text = nubo_core::file::read_bounded(&p, "snapshot XML", 1 << 20)
+            .map_err(|e| BackendError::InvalidSpec(e.to_string()))?;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let created = xml::parse_snapshot(&text).ok().and_then(|i| i.created).unwrap_or(0);
+        saved.push((created, text));
+    }
+    saved.sort();
+    let mut n = 0;
+    for (_, text) in saved {
+        let info = xml::parse_snapshot(&text).map_err(BackendError::InvalidSpec)?;
+        if dom
+            .snapshot(&info.name)
+            .map_err(remote("looking up a snapshot"))?
+            .is_some()
+        {
+            continue;
+        }
+        let xml = xml::rewrite_snapshot_uuid(&text, uuid).map_err(BackendError::InvalidSpec)?;
+        dom.snapshot_create(&xml, ffi::SNAPSHOT_CREATE_REDEFINE)
+            .map_err(remote(format!("redefining snapshot `{}`", info.name)))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// A lease of the VM's MAC on its network.
 pub struct Lease {
     pub ip: String,
@@ -741,6 +895,19 @@ pub struct Lease {
 }
 
 impl LibvirtBackend {
+    /// The VM's connection and domain; an error when the domain is gone.
+    fn domain_of(&self, vm: &VmRef) -> Result<(Connection, Domain), BackendError> {
+        let st = self.state_or_default(vm);
+        let conn = connect(&st.uri)?;
+        let dom = self
+            .own_domain(&conn, vm.name, vm.vm_dir)?
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("domain `{}`", vm.name),
+                detail: format!("it is not defined at `{}`", st.uri),
+            })?;
+        Ok((conn, dom))
+    }
+
     fn leases(&self, st: &LibvirtState, network: &str) -> Result<Vec<Lease>, BackendError> {
         let Some(mac) = &st.mac else {
             return Ok(Vec::new());
@@ -928,7 +1095,6 @@ fn checks(b: &LibvirtBackend) -> Vec<HostCheck> {
     }
     out
 }
-
 
 #[cfg(test)]
 mod tests_unit {

@@ -132,7 +132,9 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
             if let Some(i) = initrd {
                 let _ = writeln!(x, "    <initrd>{}</initrd>", p(i));
             }
-            let _ = writeln!(x, "    <cmdline>{}</cmdline>\n  </os>", escape(cmdline));
+            // The serial console readiness follows, as the qemu backend appends it.
+            let line = format!("{} {}", cmdline.trim(), crate::qemu::render::SERIAL_CONSOLE);
+            let _ = writeln!(x, "    <cmdline>{}</cmdline>\n  </os>", escape(line.trim_start()));
         }
     }
     x.push_str("  <features>\n    <acpi/>\n    <apic/>\n  </features>\n");
@@ -235,6 +237,11 @@ pub fn seed_volume(name: &str, len: u64, owner: (u32, u32)) -> String {
 /// The seed volume's name for domain `name`.
 pub fn seed_volume_name(name: &str) -> String {
     format!("{name}-cidata.iso")
+}
+
+/// The snapshot nubo asks for: internal, named; with memory when the domain runs.
+pub fn snapshot(name: &str) -> String {
+    format!("<domainsnapshot>\n  <name>{}</name>\n</domainsnapshot>\n", escape(name))
 }
 
 #[cfg(test)]

@@ -57,3 +57,64 @@ pub fn parse_domain(xml: &str) -> Result<DomainInfo, String> {
     }
     Ok(info)
 }
+
+/// What nubo needs from a snapshot's XML.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    pub name: String,
+    /// The domain's state when it was taken: `running`/`paused` snapshots hold memory.
+    pub state: String,
+    /// Seconds since the epoch.
+    pub created: Option<u64>,
+    pub parent: Option<String>,
+}
+
+impl SnapshotInfo {
+    pub fn has_memory(&self) -> bool {
+        matches!(self.state.as_str(), "running" | "paused" | "blocked")
+    }
+}
+
+pub fn parse_snapshot(xml: &str) -> Result<SnapshotInfo, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("libvirt returned unreadable snapshot XML: {e}"))?;
+    let root = doc.root_element();
+    let text = |n: roxmltree::Node<'_, '_>, name: &str| {
+        n.children()
+            .find(|c| c.has_tag_name(name))
+            .and_then(|c| c.text())
+            .map(|t| t.trim().to_owned())
+    };
+    Ok(SnapshotInfo {
+        name: text(root, "name").ok_or("snapshot XML without <name>")?,
+        state: text(root, "state").unwrap_or_default(),
+        created: text(root, "creationTime").and_then(|t| t.parse().ok()),
+        parent: root
+            .children()
+            .find(|c| c.has_tag_name("parent"))
+            .and_then(|p| text(p, "name")),
+    })
+}
+
+/// `xml` (a saved snapshot) with its domain's `<uuid>` replaced by `uuid`, so it can be
+/// redefined onto the domain as it is now. Everything else is kept byte for byte.
+pub fn rewrite_snapshot_uuid(xml: &str, uuid: &str) -> Result<String, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("unreadable snapshot XML: {e}"))?;
+    let domain = doc
+        .root_element()
+        .children()
+        .find(|c| c.has_tag_name("domain"))
+        .ok_or("snapshot XML without its <domain>")?;
+    let text = domain
+        .children()
+        .find(|c| c.has_tag_name("uuid"))
+        .and_then(|u| u.first_child())
+        .filter(|t| t.is_text())
+        .ok_or("snapshot XML's domain has no <uuid>")?;
+    let r = text.range();
+    Ok(format!(
+        "{}{}{}",
+        &xml[..r.start],
+        super::render::escape(uuid),
+        &xml[r.end..]
+    ))
+}

@@ -197,3 +197,43 @@ fn dir_pool_golden() {
         &dir_pool("nubo-1234abcd", Path::new("/var/lib/nubo/libvirt-pool")),
     );
 }
+
+const SNAPSHOT_XML: &str = "<domainsnapshot>\n  <name>s1</name>\n  <state>running</state>\n  <parent>\n    <name>s0</name>\n  </parent>\n  <creationTime>1764700000</creationTime>\n  <memory snapshot='internal'/>\n  <domain type='qemu'>\n    <name>web</name>\n    <uuid>11111111-2222-3333-4444-555555555555</uuid>\n  </domain>\n</domainsnapshot>\n";
+
+#[test]
+fn snapshot_xml_rewrite_replaces_only_the_domain_uuid() {
+    let out = crate::libvirt::xml::rewrite_snapshot_uuid(SNAPSHOT_XML, "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60").unwrap();
+
+    assert_eq!(
+        out,
+        SNAPSHOT_XML.replace(
+            "11111111-2222-3333-4444-555555555555",
+            "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60"
+        )
+    );
+}
+
+#[test]
+fn snapshot_xml_rewrite_without_domain_is_error() {
+    let e = crate::libvirt::xml::rewrite_snapshot_uuid("<domainsnapshot><name>x</name></domainsnapshot>", "u");
+
+    assert!(e.is_err());
+}
+
+#[test]
+fn parse_snapshot_reads_state_time_parent() {
+    let info = crate::libvirt::xml::parse_snapshot(SNAPSHOT_XML).unwrap();
+
+    assert_eq!(info.name, "s1");
+    assert!(info.has_memory());
+    assert_eq!(info.created, Some(1764700000));
+    assert_eq!(info.parent.as_deref(), Some("s0"));
+}
+
+#[test]
+fn snapshot_request_escapes_name() {
+    assert_eq!(
+        snapshot("a<b"),
+        "<domainsnapshot>\n  <name>a&lt;b</name>\n</domainsnapshot>\n"
+    );
+}
