@@ -37,3 +37,5 @@ $SUDO apt-get install -y -qq --no-install-recommends docker-registry apache2-uti
 $SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" \
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network \
   libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
+# The libvirt benchmark's peer (virt-install --import).
+$SUDO apt-get install -y -qq --no-install-recommends virtinst

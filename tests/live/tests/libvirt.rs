@@ -216,10 +216,12 @@ fn booted(root: &TestRoot, lv: &Libvirtd) -> TestResult {
         .lines()
         .find(|l| l.contains("cdrom"))
         .ok_or_else(|| format!("no CD-ROM in domblklist:\n{blk}"))?;
-    let seed_path = cdrom.split_whitespace().last().unwrap_or_default().to_owned();
-    if !seed_path.ends_with(&format!("/{VM}-cidata.iso")) {
-        return Err(format!("the CD-ROM is {seed_path}, not {VM}-cidata.iso"));
+    let source = cdrom.split_whitespace().last().unwrap_or_default().to_owned();
+    if source != format!("{VM}-cidata.iso") {
+        return Err(format!("the CD-ROM is {source}, not the volume {VM}-cidata.iso"));
     }
+    let pool = rec["backend_state"]["pool"].as_str().unwrap_or_default().to_owned();
+    let seed_path = lv.virsh(&["vol-path", "--pool", &pool, &source])?.require()?.stdout.trim().to_owned();
     let seed = fs::read(&seed_path).map_err(|e| format!("reading {seed_path}: {e}"))?;
     let files = nubo_seed::read(&seed).map_err(|e| format!("reading the seed volume: {e}"))?;
     let meta = files
@@ -227,7 +229,11 @@ fn booted(root: &TestRoot, lv: &Libvirtd) -> TestResult {
         .find(|f| f.name == "meta-data")
         .map(|f| String::from_utf8_lossy(&f.data).into_owned())
         .ok_or("the seed volume has no meta-data")?;
-    if !meta.contains(&format!("instance-id: {dom_uuid}")) || !meta.contains(&format!("local-hostname: {VM}")) {
+    let has = |key: &str, value: &str| {
+        meta.lines()
+            .any(|l| l.strip_prefix(key).is_some_and(|v| v.trim().trim_matches('"') == value))
+    };
+    if !has("instance-id:", &dom_uuid) || !has("local-hostname:", VM) {
         return Err(format!(
             "meta-data does not carry the domain's UUID {dom_uuid} and name:\n{meta}"
         ));
