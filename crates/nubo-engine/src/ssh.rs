@@ -19,35 +19,54 @@ pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
         fs::create_dir_all(dir).map_err(EngineError::io("", format!("creating {}", dir.display())))?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
             .map_err(EngineError::io("", format!("securing {}", dir.display())))?;
-        // Generated under a temporary name and renamed, so an interrupted run never leaves a
-        // private key without its public half.
-        let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", std::process::id()));
-        let _ = fs::remove_file(&tmp);
-        let _ = fs::remove_file(tmp.with_extension(format!("tmp{}.pub", std::process::id())));
-        let out = Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "nubo", "-f"])
-            .arg(&tmp)
-            .output()
-            .map_err(|e| EngineError::Unavailable {
-                what: format!("making nubo's SSH key (ssh-keygen: {e})"),
-                fix: "install the openssh-client package".into(),
-            })?;
-        if !out.status.success() {
-            return Err(EngineError::Unavailable {
-                what: format!(
-                    "making nubo's SSH key {} (ssh-keygen: {})",
-                    key.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-                fix: "check that the directory is writable".into(),
-            });
+        // Two nubo processes making the key at once would each rename their own halves into
+        // place, and could pair one run's public key with the other's private key: generation
+        // is serialised by a lock next to the key, and re-checked once it is held.
+        let lock_path = dir.join(format!(".{KEY_NAME}.lock"));
+        let lock_file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(EngineError::io("", format!("opening {}", lock_path.display())))?;
+        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| EngineError::io("", format!("locking {}", lock_path.display()))(e.into()))?;
+        if !key.is_file() || !public.is_file() {
+            generate(&key, &public, dir)?;
         }
-        let tmp_pub = PathBuf::from(format!("{}.pub", tmp.display()));
-        fs::rename(&tmp_pub, &public).map_err(EngineError::io("", format!("placing {}", public.display())))?;
-        fs::rename(&tmp, &key).map_err(EngineError::io("", format!("placing {}", key.display())))?;
     }
     let text = fs::read_to_string(&public).map_err(EngineError::io("", format!("reading {}", public.display())))?;
     Ok((key, text.trim().to_owned()))
+}
+
+/// Makes the pair under temporary names and renames the public half, then the private one,
+/// into place, so an interrupted run never leaves a private key without its public half.
+fn generate(key: &Path, public: &Path, dir: &Path) -> Result<(), EngineError> {
+    let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let _ = fs::remove_file(tmp.with_extension(format!("tmp{}.pub", std::process::id())));
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "nubo", "-f"])
+        .arg(&tmp)
+        .output()
+        .map_err(|e| EngineError::Unavailable {
+            what: format!("making nubo's SSH key (ssh-keygen: {e})"),
+            fix: "install the openssh-client package".into(),
+        })?;
+    if !out.status.success() {
+        return Err(EngineError::Unavailable {
+            what: format!(
+                "making nubo's SSH key {} (ssh-keygen: {})",
+                key.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            fix: "check that the directory is writable".into(),
+        });
+    }
+    let tmp_pub = PathBuf::from(format!("{}.pub", tmp.display()));
+    fs::rename(&tmp_pub, public).map_err(EngineError::io("", format!("placing {}", public.display())))?;
+    fs::rename(&tmp, key).map_err(EngineError::io("", format!("placing {}", key.display())))?;
+    Ok(())
 }
 
 /// A port on 127.0.0.1 that was free a moment ago. QEMU binds it next; if something takes it
@@ -124,6 +143,36 @@ pub fn argv(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Many makers at once (threads here: flock is per open file, so they exclude each other as
+    /// processes do) end with one pair whose halves belong together.
+    #[test]
+    fn concurrent_makers_agree_on_one_pair() {
+        if Command::new("ssh-keygen").arg("-?").output().is_err() {
+            eprintln!("skipped: ssh-keygen is not installed (openssh-client)");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys");
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let keys = keys.clone();
+                std::thread::spawn(move || ensure_key(&keys).map(|(_, public)| public).map_err(|e| e.to_string()))
+            })
+            .collect();
+        let publics: Vec<String> = handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        assert!(publics.windows(2).all(|w| w[0] == w[1]), "{publics:?}");
+        let derived = Command::new("ssh-keygen")
+            .arg("-y")
+            .arg("-f")
+            .arg(keys.join(KEY_NAME))
+            .output()
+            .unwrap();
+        let derived = String::from_utf8_lossy(&derived.stdout);
+        let derived: Vec<&str> = derived.split_whitespace().take(2).collect();
+        let public: Vec<&str> = publics[0].split_whitespace().take(2).collect();
+        assert_eq!(derived, public, "the public key is not the private key's");
+    }
 
     #[test]
     fn argv_pins_host_key_per_vm_golden() {
