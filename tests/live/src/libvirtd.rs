@@ -103,28 +103,7 @@ impl Libvirtd {
             log = p("log"),
             d = d.display()
         );
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &ns, "sh", "-c", &script]);
-        me.libvirtd = Some(Guard::spawn(&mut cmd, "libvirtd")?);
-        let t0 = Instant::now();
-        loop {
-            if me.virsh(&["version"]).is_ok_and(|o| o.ok) {
-                break;
-            }
-            if let Some(g) = me.libvirtd.as_mut() {
-                if let Some(s) = g.exited() {
-                    return Err(format!("libvirtd exited with {s}: {}", me.log()));
-                }
-            }
-            if t0.elapsed() > START {
-                return Err(format!(
-                    "libvirtd did not answer within {}s: {}",
-                    START.as_secs(),
-                    me.log()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
+        me.spawn(&script)?;
         let net = d.join("net.xml");
         write(
             &net,
@@ -135,6 +114,51 @@ impl Libvirtd {
         me.virsh(&["net-define", &net.display().to_string()])?.require()?;
         me.virsh(&["net-start", "default"])?.require()?;
         Ok(me)
+    }
+
+    /// Runs `script` (mounts, then `exec libvirtd`) in the namespace and waits for libvirtd.
+    fn spawn(&mut self, script: &str) -> Result<(), String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, "sh", "-c", script]);
+        self.libvirtd = Some(Guard::spawn(&mut cmd, "libvirtd")?);
+        let t0 = Instant::now();
+        loop {
+            if self.virsh(&["version"]).is_ok_and(|o| o.ok) {
+                return Ok(());
+            }
+            if let Some(g) = self.libvirtd.as_mut() {
+                if let Some(s) = g.exited() {
+                    return Err(format!("libvirtd exited with {s}: {}", self.log()));
+                }
+            }
+            if t0.elapsed() > START {
+                return Err(format!("libvirtd did not answer within {}s: {}", START.as_secs(), self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Stops libvirtd (SIGTERM, by PID) while its VMs keep running, and starts it again on the
+    /// same state: QEMU outlives it, and the new libvirtd reconnects to it.
+    pub fn restart(&mut self) -> Result<(), String> {
+        if let Some(mut g) = self.libvirtd.take() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(g.pid() as i32), nix::sys::signal::Signal::SIGTERM);
+            g.wait_timeout(Duration::from_secs(30))?;
+        }
+        let d = self.dir.path().to_path_buf();
+        let p = |s: &str| d.join(s).display().to_string();
+        let script = format!(
+            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
+             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
+             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
+            etc = p("etc"),
+            run = p("run"),
+            lib = p("lib"),
+            cache = p("cache"),
+            log = p("log"),
+            d = d.display()
+        );
+        self.spawn(&script)
     }
 
     /// `virsh -c URI ARGS` (the tests observe libvirt with it; nubo never runs virsh).
