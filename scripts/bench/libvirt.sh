@@ -79,7 +79,7 @@ n_create=() p_create=()
 for i in $(seq "$runs"); do
   t0=$(now); N vm create "lvb-$i" --image debian:12 --backend libvirt --memory 1G >"$work/n$i.log" 2>&1 ||
     { echo "libvirt: nubo create failed:"; tail "$work/n$i.log"; exit 1; }
-  running "lvb-$i"; t1=$(now); n_create+=("$(secs "$t0" "$t1")")
+  running "lvb-$i" || { echo "libvirt: lvb-$i never ran"; exit 1; }; t1=$(now); n_create+=("$(secs "$t0" "$t1")")
   t0=$(now)
   printf 'instance-id: peer-%s\nlocal-hostname: peer-%s\n' "$i" "$i" >"$work/meta-$i"
   cloud-localds "$work/seed-$i.iso" "$work/user-data" "$work/meta-$i"
@@ -90,14 +90,14 @@ for i in $(seq "$runs"); do
     timeout 300 virt-install --connect "$uri" --import --name "peer-$i" --memory 1024 --vcpus 1 --virt-type qemu \
       --machine pc --osinfo detect=on,require=off "${boot[@]}" \
       --disk "path=$work/peer-$i.qcow2,format=qcow2,bus=virtio" --disk "path=$work/seed-$i.iso,device=cdrom,bus=ide" \
-      --network network=default,model=virtio --graphics none --noautoconsole --noreboot >"$work/p$i.log" 2>&1 ||
+      --network network=default,model=virtio --graphics none --noautoconsole >"$work/p$i.log" 2>&1 ||
       { echo "libvirt: virt-install failed:"; tail "$work/p$i.log"; exit 1; }
   else
     echo "virt-install not found: the peer is virsh define + start of the equivalent XML"
     exit 1
   fi
-  running "peer-$i"; t1=$(now); p_create+=("$(secs "$t0" "$t1")")
-  [ "$i" = "$runs" ] || { N vm rm --force "lvb-$i" >/dev/null; V destroy "peer-$i" >/dev/null; V undefine "peer-$i" >/dev/null; }
+  running "peer-$i" || { echo "libvirt: peer-$i never ran:"; tail "$work/p$i.log"; exit 1; }; t1=$(now); p_create+=("$(secs "$t0" "$t1")")
+  [ "$i" = "$runs" ] || { N vm rm --force "lvb-$i" >/dev/null 2>&1; V destroy "peer-$i" >/dev/null; V undefine "peer-$i" >/dev/null; }
 done
 echo "nubo vm create -> domain running:                 $(mean "${n_create[@]}")s  (runs: ${n_create[*]})"
 echo "cloud-localds + qemu-img + virt-install --import:  $(mean "${p_create[@]}")s  (runs: ${p_create[*]}) -> nubo/peer $(ratio "$(mean "${n_create[@]}")" "$(mean "${p_create[@]}")")"
