@@ -96,7 +96,10 @@ fn create_backend_assigned_uuid_is_the_vm_uuid_and_seed_instance_id() {
     let files = nubo_seed::read(&seed).unwrap();
     let meta = files.iter().find(|f| f.name == "meta-data").unwrap();
     let meta = String::from_utf8_lossy(&meta.data);
-    assert!(meta.contains("instance-id: \"11111111-2222-3333-4444-555555555555\""), "{meta}");
+    assert!(
+        meta.contains("instance-id: \"11111111-2222-3333-4444-555555555555\""),
+        "{meta}"
+    );
     assert!(meta.contains("local-hostname: web"), "{meta}");
     let dir = t.engine.roots.vm_dir("web");
     assert_eq!(entries(&dir), vec!["disk.qcow2", "vm.json"]);

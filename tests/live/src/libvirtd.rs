@@ -132,7 +132,11 @@ impl Libvirtd {
                 }
             }
             if t0.elapsed() > START {
-                return Err(format!("libvirtd did not answer within {}s: {}", START.as_secs(), self.log()));
+                return Err(format!(
+                    "libvirtd did not answer within {}s: {}",
+                    START.as_secs(),
+                    self.log()
+                ));
             }
             std::thread::sleep(Duration::from_millis(300));
         }
@@ -142,7 +146,10 @@ impl Libvirtd {
     /// same state: QEMU outlives it, and the new libvirtd reconnects to it.
     pub fn restart(&mut self) -> Result<(), String> {
         if let Some(mut g) = self.libvirtd.take() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(g.pid() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(g.pid() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
             g.wait_timeout(Duration::from_secs(30))?;
         }
         let d = self.dir.path().to_path_buf();

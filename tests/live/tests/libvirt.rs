@@ -4,6 +4,8 @@
 //!
 //! - refusals that make nothing: an unknown network, an unknown pool, an unreachable URI, and a
 //!   domain of the same name nubo did not create (left untouched);
+//! - without a libvirt network (`--restrict-network`), user-mode networking with the SSH forward
+//!   on 127.0.0.1, defined and started by libvirt;
 //! - `create` killed at several points (before, between and after define, the seed volume and
 //!   the redefine), each time followed by the same `create`, which converges;
 //! - the converged VM: cloud-init finished with the seed's hostname, key and user-data; the
@@ -12,6 +14,7 @@
 //! - a memory snapshot restored (a file written after it is gone, the uptime is back), and
 //!   listed after restore and after stop/start;
 //! - libvirtd restarted while the VM runs: nubo still lists it running and stops it;
+//! - a disk-only snapshot of the stopped VM, restored (the VM stays stopped) and removed;
 //! - stop/start keeps the instance (same instance-id, the seed volume not rewritten);
 //! - `rm` leaves no domain, no volume and no file; the verified base's sha256 never changes.
 //!
@@ -70,6 +73,7 @@ fn libvirt() -> TestResult {
     let _cleanup = Cleanup::new(&root, &[VM, "other"]);
 
     refusals(&root, &lv)?;
+    user_mode(&root, &lv)?;
     killed_creates(&root, &lv)?;
     booted(&root, &mut lv)?;
     if sha256(&image.qcow2)? != base_sha {
@@ -114,6 +118,41 @@ fn refusals(root: &TestRoot, lv: &Libvirtd) -> TestResult {
         return Err(format!("volumes left after refusals: {:?}", vols.map(|o| o.stdout)));
     }
     Ok(())
+}
+
+/// Without a libvirt network (`--restrict-network`): user-mode networking with the SSH
+/// forward on 127.0.0.1, accepted and started by libvirt (no guest boot is waited for).
+fn user_mode(root: &TestRoot, lv: &Libvirtd) -> TestResult {
+    let args = [
+        "vm",
+        "create",
+        "other",
+        "--image",
+        "debian:12",
+        "--backend",
+        "libvirt",
+        "--restrict-network",
+    ];
+    nubo(root, &args, QUICK)?.require()?;
+    let rec = inspect(root, "other")?;
+    let port = rec["backend_state"]["ssh_port"]
+        .as_u64()
+        .ok_or_else(|| format!("no forwarded port: {rec}"))?;
+    let xml = lv.virsh(&["dumpxml", "other"])?.require()?.stdout;
+    if !xml.contains(&format!("restrict=on,hostfwd=tcp:127.0.0.1:{port}-:22")) || xml.contains("<interface") {
+        return Err(format!(
+            "the domain is not on restricted user-mode networking with port {port}:\n{xml}"
+        ));
+    }
+    if ls_state(root, "other")? != "running" {
+        return Err("the user-mode VM is not running".into());
+    }
+    let ip = nubo(root, &["vm", "ip", "other"], QUICK)?.require()?.stdout;
+    if !ip.contains("10.0.2.15") {
+        return Err(format!("`vm ip` of the user-mode VM: {ip}"));
+    }
+    nubo(root, &["vm", "rm", "--force", "other"], QUICK)?.require()?;
+    vms_empty(root, "after the user-mode VM")
 }
 
 #[derive(Debug)]
@@ -234,7 +273,12 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
         return Err(format!("the CD-ROM is {source}, not the volume {VM}-cidata.iso"));
     }
     let pool = rec["backend_state"]["pool"].as_str().unwrap_or_default().to_owned();
-    let seed_path = lv.virsh(&["vol-path", "--pool", &pool, &source])?.require()?.stdout.trim().to_owned();
+    let seed_path = lv
+        .virsh(&["vol-path", "--pool", &pool, &source])?
+        .require()?
+        .stdout
+        .trim()
+        .to_owned();
     let seed = fs::read(&seed_path).map_err(|e| format!("reading {seed_path}: {e}"))?;
     let files = nubo_seed::read(&seed).map_err(|e| format!("reading the seed volume: {e}"))?;
     let meta = files
@@ -318,6 +362,25 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     if !state.contains("shut off") {
         return Err(format!("after stop, libvirt says {state}"));
     }
+    // A disk-only snapshot of the stopped VM, restored (it stays stopped), then removed.
+    nubo(root, &["vm", "snapshot", "create", VM, "s2"], QUICK)?.require()?;
+    let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("snapshot ls: {e}"))?;
+    let s2 = v["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["name"] == "s2")
+        .ok_or_else(|| format!("s2 not listed: {}", out.stdout))?;
+    if s2["has_memory"] != false || s2["status"] != "ok" {
+        return Err(format!("s2 of the stopped VM is not disk-only and ok: {s2}"));
+    }
+    nubo(root, &["vm", "snapshot", "restore", VM, "s2"], QUICK)?.require()?;
+    if ls_state(root, VM)? != "stopped" {
+        return Err("a disk-only restore started the VM".into());
+    }
+    nubo(root, &["vm", "snapshot", "rm", VM, "s2"], QUICK)?.require()?;
+
     let t = Instant::now();
     nubo(root, &["vm", "start", VM], QUICK)?.require()?;
     let timeout = format!("{}s", BOOT.as_secs());
@@ -359,8 +422,8 @@ fn uptime(root: &TestRoot) -> Result<f64, String> {
 /// `vm snapshot ls` lists `s1`, complete, with memory.
 fn snapshots_listed(root: &TestRoot, when: &str) -> TestResult {
     let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
-    let v: serde_json::Value =
-        serde_json::from_str(&out.stdout).map_err(|e| format!("`snapshot ls -o json` is not JSON ({e}): {}", out.stdout))?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|e| format!("`snapshot ls -o json` is not JSON ({e}): {}", out.stdout))?;
     let found = v["snapshots"]
         .as_array()
         .into_iter()
@@ -369,6 +432,9 @@ fn snapshots_listed(root: &TestRoot, when: &str) -> TestResult {
     if found {
         Ok(())
     } else {
-        Err(format!("{when}: `snapshot ls` does not list s1 with memory, ok: {}", out.stdout))
+        Err(format!(
+            "{when}: `snapshot ls` does not list s1 with memory, ok: {}",
+            out.stdout
+        ))
     }
 }
