@@ -1,6 +1,7 @@
 //! The build, stage by stage: packages into a tree, the tree into a partitioned raw disk,
 //! GRUB for BIOS and UEFI, then qcow2. No loop devices, no mounts.
 
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
@@ -13,6 +14,8 @@ use tempfile::TempDir;
 
 use crate::commands;
 use crate::error::{io_err, BootstrapError};
+use crate::ext4_times;
+use crate::facts;
 use crate::grub;
 use crate::host::{Host, Mode, GRUB_BIOS_DIR, GRUB_EFI_DIR};
 use crate::layout::Layout;
@@ -48,6 +51,10 @@ pub struct Built {
     pub size: u64,
     pub virtual_size: u64,
     pub root_uuid: String,
+    /// Every installed package, name to version: with the recipe, what a rebuild needs.
+    pub packages: BTreeMap<String, String>,
+    /// What the image's times are clamped to (see [`facts::source_date_epoch`]).
+    pub source_date_epoch: u64,
     pub mode: Mode,
     pub elapsed: Duration,
 }
@@ -68,10 +75,8 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         // The namespace's root is not this user: it needs to traverse the work directory.
         set_mode(&w, 0o711)?;
     }
-    let ids = Ids {
-        root_uuid: uuid::Uuid::new_v4().to_string(),
-        esp_id: esp_id(),
-    };
+    // Nothing random: two builds of one recipe from the same packages are the same bytes.
+    let ids = Ids::derive(&spec.recipe.key());
     let layout = Layout::for_size(spec.recipe.size.bytes());
     let mut runner = Runner {
         log: w.join("build.log"),
@@ -82,6 +87,7 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         host,
         path: w.join("tree"),
     };
+    let facts_dir = w.join("facts");
 
     stage(&mut runner, Stage::Packages, |r| {
         let overlay = w.join("overlay");
@@ -89,16 +95,21 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         if let Some(c) = &cache_dir {
             fs::create_dir_all(c).map_err(io_err("cannot create the .deb cache", c))?;
         }
+        fs::create_dir(&facts_dir).map_err(io_err("cannot create", &facts_dir))?;
         let mut cmd = Command::new(host.tool("mmdebstrap"));
         cmd.args(rootfs::mmdebstrap_args(
             spec.recipe,
             host.mode.mmdebstrap_mode(),
             &overlay,
             cache_dir.as_deref(),
+            &facts_dir,
             &tree.path,
         ));
+        // Maintainer scripts that write a date (shadow's last-change day) take the release's.
+        cmd.env("SOURCE_DATE_EPOCH", spec.recipe.release.released.to_string());
         r.run(Stage::Packages, cmd, None)
     })?;
+    let (packages, epoch) = read_facts(&facts_dir, spec.recipe.release.released)?;
 
     stage(&mut runner, Stage::Partition, |r| {
         let f = File::create(&raw).map_err(io_err("cannot create", &raw))?;
@@ -106,7 +117,7 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         r.run(
             Stage::Partition,
             commands::sfdisk(host.tool("sfdisk"), &raw),
-            Some(&layout.sfdisk_script()),
+            Some(&layout.sfdisk_script(&ids)),
         )
     })?;
 
@@ -129,15 +140,24 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         }
         let args = commands::mkfs_ext4_args(
             &ids.root_uuid,
+            &ids.root_hash_seed,
             layout.root.offset(),
             &tree.path,
             &raw,
             layout.root.bytes() / 1024,
         );
         let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
-        r.run(Stage::RootFs, tree.cmd(host.tool("mkfs.ext4"), &args), None)?;
+        let mut mkfs = tree.cmd(host.tool("mkfs.ext4"), &args);
+        mkfs.envs(commands::mkfs_ext4_env(epoch));
+        r.run(Stage::RootFs, mkfs, None)?;
         set_mode(&raw, 0o644)?;
-        tree.remove(r)
+        tree.remove(r)?;
+        clamp_root_times(&raw, layout.root.offset(), epoch)?;
+        r.run(
+            Stage::RootFs,
+            commands::e2fsck(host.tool("e2fsck"), &raw, layout.root.offset()),
+            None,
+        )
     })?;
 
     let early = w.join("early.cfg");
@@ -162,7 +182,7 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         let mkfs = commands::mkfs_vfat(
             host.tool("mkfs.vfat"),
             layout.esp.start,
-            &ids.esp_id.replace('-', ""),
+            &ids.esp_volume_hex(),
             &raw,
             layout.esp.bytes() / 1024,
         );
@@ -170,12 +190,12 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         let image = commands::mtools_image(&raw, layout.esp.offset());
         r.run(
             Stage::Esp,
-            commands::mmd(host.tool("mmd"), &image, &["::/EFI", "::/EFI/BOOT"]),
+            commands::mmd(host.tool("mmd"), &image, &["::/EFI", "::/EFI/BOOT"], epoch),
             None,
         )?;
         r.run(
             Stage::Esp,
-            commands::mcopy(host.tool("mcopy"), &image, &efi, "::/EFI/BOOT/BOOTX64.EFI"),
+            commands::mcopy(host.tool("mcopy"), &image, &efi, "::/EFI/BOOT/BOOTX64.EFI", epoch),
             None,
         )
     })?;
@@ -206,6 +226,8 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         size,
         virtual_size: layout.disk_bytes,
         root_uuid: ids.root_uuid,
+        packages,
+        source_date_epoch: epoch,
         mode: host.mode,
         elapsed: t0.elapsed(),
     })
@@ -291,10 +313,41 @@ fn set_mode(p: &Path, mode: u32) -> Result<(), BootstrapError> {
     fs::set_permissions(p, fs::Permissions::from_mode(mode)).map_err(io_err("cannot set permissions of", p))
 }
 
-/// FAT volume id, `XXXX-XXXX` as fstab and blkid spell it.
-fn esp_id() -> String {
-    let hex = uuid::Uuid::new_v4().simple().to_string().to_uppercase();
-    format!("{}-{}", &hex[..4], &hex[4..8])
+/// The package versions and the image's epoch, from the files the facts hook left in `dir`.
+fn read_facts(dir: &Path, released: u64) -> Result<(BTreeMap<String, String>, u64), BootstrapError> {
+    let read = |name: &str| {
+        let p = dir.join(name);
+        let mut text = String::new();
+        File::open(&p)
+            .and_then(|f| f.take(4 << 20).read_to_string(&mut text))
+            .map_err(io_err("cannot read the build's facts file", &p))?;
+        Ok::<_, BootstrapError>((p, text))
+    };
+    let (p, text) = read("packages")?;
+    let packages =
+        facts::parse_packages(&text).map_err(|why| BootstrapError::Malformed(format!("{}: {why}", p.display())))?;
+    let (p, text) = read("newest")?;
+    let newest =
+        facts::parse_newest(&text).map_err(|why| BootstrapError::Malformed(format!("{}: {why}", p.display())))?;
+    Ok((packages, facts::source_date_epoch(released, newest)))
+}
+
+/// Clamps the root filesystem's inode times to `epoch` (see [`ext4_times`]).
+fn clamp_root_times(raw: &Path, offset: u64, epoch: u64) -> Result<(), BootstrapError> {
+    let epoch = u32::try_from(epoch)
+        .map_err(|_| BootstrapError::Malformed(format!("epoch {epoch} is past what ext4's times hold")))?;
+    let disk = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(raw)
+        .map_err(io_err("cannot open", raw))?;
+    ext4_times::clamp_times(&disk, offset, epoch).map_err(|why| {
+        BootstrapError::Malformed(format!(
+            "clamping the times of the root filesystem in {}: {why}",
+            raw.display()
+        ))
+    })?;
+    disk.sync_all().map_err(io_err("cannot sync", raw))
 }
 
 /// The root tree mmdebstrap made. In unshare mode its files belong to subordinate ids this user
@@ -356,13 +409,6 @@ impl Drop for TreeGuard<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn esp_id_is_fat_volume_id() {
-        let id = esp_id();
-
-        assert!(id.len() == 9 && id.as_bytes()[4] == b'-', "{id}");
-    }
 
     #[test]
     fn write_overlay_makes_world_readable_tree() {

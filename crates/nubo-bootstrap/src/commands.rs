@@ -30,8 +30,15 @@ pub fn sfdisk(tool: &Path, raw: &Path) -> Command {
 
 /// `mkfs.ext4`'s arguments: the tree's files copied in (`-d`), written at `offset` bytes into the
 /// raw file and `size_kib` long. Arguments only: the program runs directly or under
-/// mmdebstrap's unshare helper.
-pub fn mkfs_ext4_args(root_uuid: &str, offset: u64, tree: &Path, raw: &Path, size_kib: u64) -> Vec<OsString> {
+/// mmdebstrap's unshare helper. Its clock comes from [`mkfs_ext4_env`].
+pub fn mkfs_ext4_args(
+    root_uuid: &str,
+    hash_seed: &str,
+    offset: u64,
+    tree: &Path,
+    raw: &Path,
+    size_kib: u64,
+) -> Vec<OsString> {
     let mut tree_arg = OsString::from("-d");
     tree_arg.push(operand(tree));
     vec![
@@ -42,11 +49,23 @@ pub fn mkfs_ext4_args(root_uuid: &str, offset: u64, tree: &Path, raw: &Path, siz
         "-U".into(),
         root_uuid.into(),
         "-E".into(),
-        format!("offset={offset},nodiscard").into(),
+        // The directory-index hash seed is otherwise random, and with it the order of entries
+        // in every large directory's index blocks.
+        format!("offset={offset},nodiscard,hash_seed={hash_seed}").into(),
         tree_arg,
         "--".into(),
         operand(raw).into(),
         format!("{size_kib}k").into(),
+    ]
+}
+
+/// The environment that fixes mkfs.ext4's clock (superblock times, the times of the inodes it
+/// makes itself) at `epoch`: `E2FSPROGS_FAKE_TIME` for e2fsprogs 1.47.0, `SOURCE_DATE_EPOCH` for
+/// later ones, which read it.
+pub fn mkfs_ext4_env(epoch: u64) -> [(&'static str, String); 2] {
+    [
+        ("E2FSPROGS_FAKE_TIME", epoch.to_string()),
+        ("SOURCE_DATE_EPOCH", epoch.to_string()),
     ]
 }
 
@@ -73,7 +92,10 @@ pub fn mkfs_vfat(tool: &Path, start_sector: u64, volume_id: &str, raw: &Path, ki
     let mut cmd = Command::new(tool);
     cmd.arg(format!("--offset={start_sector}"))
         // FAT32 as the UEFI spec asks of an ESP; 512-byte clusters give 62 MiB enough of them.
-        .args(["-F", "32", "-s", "1", "-n", "ESP", "-i", volume_id, "--"])
+        .args(["-F", "32", "-s", "1", "-n", "ESP", "-i", volume_id])
+        // Fixed times (the volume label's directory entry) instead of the clock; `-i` still
+        // sets the volume id.
+        .args(["--invariant", "--"])
         .arg(operand(raw))
         .arg(kib.to_string());
     cmd
@@ -86,10 +108,12 @@ pub fn mtools_image(raw: &Path, offset: u64) -> OsString {
     image
 }
 
-/// `mmd` making `dirs` (`::/EFI`, ...) in the FAT `image`.
-pub fn mmd(tool: &Path, image: &OsStr, dirs: &[&str]) -> Command {
+/// `mmd` making `dirs` (`::/EFI`, ...) in the FAT `image`, dated `epoch` (mtools reads
+/// `SOURCE_DATE_EPOCH` as its clock).
+pub fn mmd(tool: &Path, image: &OsStr, dirs: &[&str], epoch: u64) -> Command {
     let mut cmd = Command::new(tool);
     cmd.env("MTOOLS_SKIP_CHECK", "1")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
         .arg("-i")
         .arg(image)
         .arg("--")
@@ -97,15 +121,27 @@ pub fn mmd(tool: &Path, image: &OsStr, dirs: &[&str]) -> Command {
     cmd
 }
 
-/// `mcopy` copying host file `from` to `to` (`::/EFI/BOOT/BOOTX64.EFI`) in the FAT `image`.
-pub fn mcopy(tool: &Path, image: &OsStr, from: &Path, to: &str) -> Command {
+/// `mcopy` copying host file `from` to `to` (`::/EFI/BOOT/BOOTX64.EFI`) in the FAT `image`,
+/// dated `epoch`.
+pub fn mcopy(tool: &Path, image: &OsStr, from: &Path, to: &str, epoch: u64) -> Command {
     let mut cmd = Command::new(tool);
     cmd.env("MTOOLS_SKIP_CHECK", "1")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
         .arg("-i")
         .arg(image)
         .arg("--")
         .arg(operand(from))
         .arg(to);
+    cmd
+}
+
+/// `e2fsck -fn` of the ext4 filesystem at byte `offset` of the raw file (unix_io's `?offset=`
+/// option): read-only, answering no to every repair.
+pub fn e2fsck(tool: &Path, raw: &Path, offset: u64) -> Command {
+    let mut device = operand(raw).into_os_string();
+    device.push(format!("?offset={offset}"));
+    let mut cmd = Command::new(tool);
+    cmd.args(["-f", "-n", "--"]).arg(device);
     cmd
 }
 
@@ -166,13 +202,25 @@ mod tests {
 
     #[test]
     fn mkfs_ext4_args_option_shaped_paths_land_as_operands() {
-        let a: Vec<String> = mkfs_ext4_args("u", 512, Path::new("-x"), Path::new(HOSTILE), 1024)
+        let a: Vec<String> = mkfs_ext4_args("u", "s", 512, Path::new("-x"), Path::new(HOSTILE), 1024)
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
 
         assert!(a.contains(&"-d./-x".to_string()), "{a:?}");
+        assert!(a.contains(&"offset=512,nodiscard,hash_seed=s".to_string()), "{a:?}");
         assert_eq!(after_dashes(&a), ["./-oProxyCommand=x", "1024k"]);
+    }
+
+    #[test]
+    fn mkfs_ext4_env_fixes_both_clocks() {
+        assert_eq!(
+            mkfs_ext4_env(42),
+            [
+                ("E2FSPROGS_FAKE_TIME", "42".to_string()),
+                ("SOURCE_DATE_EPOCH", "42".to_string())
+            ]
+        );
     }
 
     #[test]
@@ -204,6 +252,7 @@ mod tests {
         ));
 
         assert_eq!(after_dashes(&a), ["./-oProxyCommand=x", "63488"]);
+        assert!(a.contains(&"--invariant".to_string()) && a.contains(&"ABCD1234".to_string()));
     }
 
     #[test]
@@ -217,6 +266,7 @@ mod tests {
             Path::new("/usr/bin/mmd"),
             OsStr::new("/w/d@@1"),
             &["::/EFI", "::/EFI/BOOT"],
+            7,
         ));
 
         assert_eq!(a[..2], ["-i", "/w/d@@1"]);
@@ -230,12 +280,36 @@ mod tests {
             OsStr::new("/w/d@@1"),
             Path::new("--customize-hook=touch /tmp/x"),
             "::/EFI/BOOT/BOOTX64.EFI",
+            7,
         ));
 
         assert_eq!(
             after_dashes(&a),
             ["./--customize-hook=touch /tmp/x", "::/EFI/BOOT/BOOTX64.EFI"]
         );
+    }
+
+    #[test]
+    fn mcopy_clock_is_epoch() {
+        let cmd = mcopy(
+            Path::new("mcopy"),
+            OsStr::new("d@@1"),
+            Path::new("/e"),
+            "::/E",
+            1_700_000_000,
+        );
+
+        assert!(cmd
+            .get_envs()
+            .any(|(k, v)| k == "SOURCE_DATE_EPOCH" && v == Some(OsStr::new("1700000000"))));
+    }
+
+    #[test]
+    fn e2fsck_checks_at_offset_read_only() {
+        let a = args(&e2fsck(Path::new("/sbin/e2fsck"), Path::new(HOSTILE), 512));
+
+        assert_eq!(a[..2], ["-f", "-n"]);
+        assert_eq!(after_dashes(&a), ["./-oProxyCommand=x?offset=512"]);
     }
 
     #[test]

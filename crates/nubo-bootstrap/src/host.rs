@@ -12,6 +12,7 @@ pub const TOOLS: &[(&str, &str)] = &[
     ("mmdebstrap", "mmdebstrap"),
     ("sfdisk", "fdisk"),
     ("mkfs.ext4", "e2fsprogs"),
+    ("e2fsck", "e2fsprogs"),
     ("mkfs.vfat", "dosfstools"),
     ("mmd", "mtools"),
     ("mcopy", "mtools"),

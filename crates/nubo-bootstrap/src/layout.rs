@@ -3,6 +3,8 @@
 
 use nubo_core::size::MIB;
 
+use crate::identity::Ids;
+
 pub const SECTOR: u64 = 512;
 
 /// One partition, in 512-byte sectors.
@@ -68,15 +70,37 @@ impl Layout {
     }
 
     /// Input for `sfdisk <raw file>`: every boundary explicit, so the offsets nubo writes the
-    /// filesystems at are exactly the partitions'.
-    pub fn sfdisk_script(&self) -> String {
-        let line = |p: &Part, ty: &str, name: &str| {
-            format!("start={}, size={}, type={ty}, name=\"{name}\"\n", p.start, p.sectors)
+    /// filesystems at are exactly the partitions'; the disk and partition GUIDs given, as
+    /// sfdisk would otherwise draw them at random.
+    pub fn sfdisk_script(&self, ids: &Ids) -> String {
+        let line = |p: &Part, ty: &str, uuid: &str, name: &str| {
+            format!(
+                "start={}, size={}, type={ty}, uuid={uuid}, name=\"{name}\"\n",
+                p.start, p.sectors
+            )
         };
-        let mut s = String::from("label: gpt\nunit: sectors\nsector-size: 512\n");
-        s += &line(&self.bios_boot, "21686148-6449-6E6F-744E-656564454649", "bios-boot");
-        s += &line(&self.esp, "C12A7328-F81F-11D2-BA4B-00A0C93EC93B", "esp");
-        s += &line(&self.root, "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "root");
+        let mut s = format!(
+            "label: gpt\nlabel-id: {}\nunit: sectors\nsector-size: 512\n",
+            ids.disk_guid
+        );
+        s += &line(
+            &self.bios_boot,
+            "21686148-6449-6E6F-744E-656564454649",
+            &ids.bios_boot_partition,
+            "bios-boot",
+        );
+        s += &line(
+            &self.esp,
+            "C12A7328-F81F-11D2-BA4B-00A0C93EC93B",
+            &ids.esp_partition,
+            "esp",
+        );
+        s += &line(
+            &self.root,
+            "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
+            &ids.root_partition,
+            "root",
+        );
         s
     }
 }
@@ -106,13 +130,20 @@ mod tests {
     #[test]
     fn sfdisk_script_golden() {
         let l = Layout::for_size(GIB);
+        let ids = Ids {
+            disk_guid: "d".into(),
+            bios_boot_partition: "b".into(),
+            esp_partition: "e".into(),
+            root_partition: "r".into(),
+            ..Ids::derive("sha256:test")
+        };
 
         assert_eq!(
-            l.sfdisk_script(),
-            "label: gpt\nunit: sectors\nsector-size: 512\n\
-             start=2048, size=2048, type=21686148-6449-6E6F-744E-656564454649, name=\"bios-boot\"\n\
-             start=4096, size=126976, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=\"esp\"\n\
-             start=131072, size=1964032, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=\"root\"\n"
+            l.sfdisk_script(&ids),
+            "label: gpt\nlabel-id: d\nunit: sectors\nsector-size: 512\n\
+             start=2048, size=2048, type=21686148-6449-6E6F-744E-656564454649, uuid=b, name=\"bios-boot\"\n\
+             start=4096, size=126976, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, uuid=e, name=\"esp\"\n\
+             start=131072, size=1964032, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, uuid=r, name=\"root\"\n"
         );
     }
 }

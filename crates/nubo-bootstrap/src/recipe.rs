@@ -7,7 +7,8 @@ use crate::error::BootstrapError;
 
 /// Bumped whenever the build steps change what ends up in the image, so every cache keyed on
 /// [`Recipe::key`] (the live tests' fixture, a user's store) rebuilds instead of reusing a stale one.
-pub const RECIPE_VERSION: u32 = 1;
+/// 2: every identifier derived from the key, times clamped (reproducible images).
+pub const RECIPE_VERSION: u32 = 2;
 
 /// The packages of every image, on top of `--variant=minbase` (no recommends). Each one is here
 /// because a cloud image cannot do without it:
@@ -45,6 +46,9 @@ pub struct Release {
     /// The canonical tag (`12`).
     pub version: &'static str,
     pub suite: &'static str,
+    /// The release's date (Unix seconds): `SOURCE_DATE_EPOCH` while packages install, and the
+    /// floor of the epoch the image's times are clamped to (see `facts::source_date_epoch`).
+    pub released: u64,
 }
 
 const RELEASES: &[Release] = &[
@@ -52,11 +56,15 @@ const RELEASES: &[Release] = &[
         os: "debian",
         version: "12",
         suite: "bookworm",
+        // 2023-06-10
+        released: 1_686_355_200,
     },
     Release {
         os: "debian",
         version: "13",
         suite: "trixie",
+        // 2025-08-09
+        released: 1_754_697_600,
     },
 ];
 
@@ -157,7 +165,7 @@ fn is_package_spec(p: &str) -> bool {
 
 /// Debian policy §5.6.1: lowercase alphanumerics and `+ - .`, at least two characters, starting
 /// alphanumeric.
-fn is_package_name(p: &str) -> bool {
+pub(crate) fn is_package_name(p: &str) -> bool {
     p.len() >= 2
         && p.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
         && p.chars()

@@ -14,14 +14,11 @@ pub struct OverlayFile {
     pub contents: String,
 }
 
-/// Identifiers baked into the image's configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ids {
-    /// ext4 UUID of root, e.g. `0b7c…`.
-    pub root_uuid: String,
-    /// FAT volume id of the ESP as fstab spells it, `ABCD-1234`.
-    pub esp_id: String,
-}
+pub use crate::identity::Ids;
+
+/// Where the facts hook leaves what the build records (package versions, the newest packaged
+/// file's time) inside the tree; mmdebstrap's cleanup empties `/run` afterwards.
+pub const FACTS_DIR: &str = "/run/nubo-facts";
 
 /// Host keys must not be baked into an image every VM shares. cloud-init's `ssh` module makes
 /// them on first boot (it runs before sshd); this unit is the fallback for a boot where
@@ -83,6 +80,22 @@ pub fn customize_script() -> String {
     .join("\n")
 }
 
+/// Runs last among the hooks: writes `packages` (one `NAME<TAB>VERSION` a line, as installed)
+/// and `newest` (the latest mtime of any regular file a package shipped, in seconds) into
+/// [`FACTS_DIR`]. Inside the chroot, so no path in a package's file list can reach the host's
+/// files through an absolute symlink.
+pub fn facts_script() -> String {
+    [
+        "set -eu",
+        &format!(r#"mkdir -p "$1"{FACTS_DIR}"#),
+        &format!(r#"chroot "$1" dpkg-query -W -f '${{Package}}\t${{Version}}\n' > "$1"{FACTS_DIR}/packages"#),
+        &format!(
+            r#"chroot "$1" sh -c 'cat /var/lib/dpkg/info/*.list | sort -u | xargs -r -d "\n" stat -c "%Y %F" -- 2>/dev/null; true' | awk '$2 == "regular" && $1 > m {{ m = $1 }} END {{ print m + 0 }}' > "$1"{FACTS_DIR}/newest"#
+        ),
+    ]
+    .join("\n")
+}
+
 /// mmdebstrap's arguments. `cache` holds .debs between builds: mmdebstrap keeps what it
 /// downloaded (`--skip=download/empty`), hooks copy the cache in before apt runs and back out
 /// after, and its cleanup then empties the image's copy.
@@ -91,6 +104,7 @@ pub fn mmdebstrap_args(
     mode: &str,
     overlay_dir: &Path,
     cache: Option<&Path>,
+    facts_dir: &Path,
     target: &Path,
 ) -> Vec<String> {
     // mmdebstrap's special hooks split their text with shellwords and hand the words to tar
@@ -113,6 +127,8 @@ pub fn mmdebstrap_args(
     }
     a.push(format!("--customize-hook=sync-in {} /", q(overlay_dir)));
     a.push(format!("--customize-hook={}", customize_script()));
+    a.push(format!("--customize-hook={}", facts_script()));
+    a.push(format!("--customize-hook=sync-out {FACTS_DIR} {}", q(facts_dir)));
     // mmdebstrap's Getopt::Long permutes: without `--`, a positional that looks like an option
     // (a mirror of `--customize-hook=...`) would be parsed as one.
     a.push("--".into());
@@ -137,6 +153,7 @@ mod tests {
         Ids {
             root_uuid: "11111111-2222-3333-4444-555555555555".into(),
             esp_id: "ABCD-1234".into(),
+            ..Ids::derive("sha256:test")
         }
     }
 
@@ -189,6 +206,7 @@ mod tests {
             "root",
             &PathBuf::from("/w/overlay"),
             Some(&PathBuf::from("/c/debs")),
+            &PathBuf::from("/w/facts"),
             &PathBuf::from("/w/root"),
         );
 
@@ -213,6 +231,7 @@ mod tests {
             "root",
             &PathBuf::from("-x"),
             Some(&PathBuf::from("-oProxyCommand=x")),
+            &PathBuf::from("-f"),
             &PathBuf::from("--customize-hook=y"),
         );
 
@@ -228,12 +247,50 @@ mod tests {
         );
         assert!(a.contains(&"--customize-hook=sync-in './-x' /".to_string()), "{a:?}");
         assert!(
+            a.contains(&"--customize-hook=sync-out /run/nubo-facts './-f'".to_string()),
+            "{a:?}"
+        );
+        assert!(
             a.contains(&"--setup-hook=sync-in './-oProxyCommand=x' /var/cache/apt/archives".to_string()),
             "{a:?}"
         );
         assert!(
             !a[..dashes].iter().any(|x| x.starts_with("--customize-hook=touch")),
             "{a:?}"
+        );
+    }
+
+    #[test]
+    fn mmdebstrap_args_facts_hooks_run_last() {
+        let r = Recipe::new(
+            Release::find("debian", "12").unwrap(),
+            "http://m/debian".into(),
+            DEFAULT_SIZE,
+            vec![],
+        )
+        .unwrap();
+
+        let a = mmdebstrap_args(
+            &r,
+            "root",
+            Path::new("/o"),
+            None,
+            Path::new("/w/facts"),
+            Path::new("/t"),
+        );
+
+        let dashes = a.iter().position(|x| x == "--").unwrap();
+        assert_eq!(a[dashes - 2], format!("--customize-hook={}", facts_script()));
+        assert_eq!(a[dashes - 1], "--customize-hook=sync-out /run/nubo-facts '/w/facts'");
+    }
+
+    #[test]
+    fn facts_script_queries_dpkg_inside_chroot() {
+        let s = facts_script();
+
+        assert!(
+            s.contains(r#"chroot "$1" dpkg-query -W -f '${Package}\t${Version}\n' > "$1"/run/nubo-facts/packages"#),
+            "{s}"
         );
     }
 

@@ -72,6 +72,8 @@ mod tests {
                 checksum: None,
                 serial: None,
                 recipe: None,
+                source_date_epoch: None,
+                packages: None,
                 manifest: None,
                 origin: None,
             },

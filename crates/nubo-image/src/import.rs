@@ -130,6 +130,8 @@ pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<Added, ImportEr
                 checksum: None,
                 serial: None,
                 recipe: None,
+                source_date_epoch: None,
+                packages: None,
                 manifest: None,
                 origin: None,
             },

@@ -278,6 +278,8 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
             checksum: plan.expected.as_ref().map(ToString::to_string),
             serial: plan.serial,
             recipe: None,
+            source_date_epoch: None,
+            packages: None,
             manifest: None,
             origin: None,
         },

@@ -1,5 +1,6 @@
 //! The JSON record kept for every image in the store (`nubo image inspect` prints it).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,13 @@ pub struct ImageSource {
     /// For bootstraps: the key of the recipe (packages, mirror, suite, size) that built it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recipe: Option<String>,
+    /// For bootstraps: the `SOURCE_DATE_EPOCH` the image's file times are clamped to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_date_epoch: Option<u64>,
+    /// For bootstraps: every installed package, name to version. With the recipe, what a rebuild
+    /// needs to give the same bytes (the same recipe on a mirror that moved on does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<BTreeMap<String, String>>,
     /// For OCI pulls: the manifest digest the reference resolved to when pulled, so a tag
     /// that moves later shows (`nubo image ls-remote` prints where it points now).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -83,6 +83,8 @@ pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
             checksum: None,
             serial: None,
             recipe: Some(recipe.key()),
+            source_date_epoch: Some(built.source_date_epoch),
+            packages: Some(built.packages.clone()),
             manifest: None,
             origin: None,
         },

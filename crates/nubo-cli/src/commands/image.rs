@@ -292,6 +292,8 @@ fn placeholder_record() -> ImageRecord {
             checksum: None,
             serial: None,
             recipe: None,
+            source_date_epoch: None,
+            packages: None,
             manifest: None,
             origin: None,
         },

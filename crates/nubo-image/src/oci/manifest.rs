@@ -456,6 +456,8 @@ fn meta(a: &BTreeMap<String, String>) -> Result<Meta, String> {
             checksum: text(key::SOURCE_CHECKSUM),
             serial: text(key::SOURCE_SERIAL),
             recipe: text(key::SOURCE_RECIPE),
+            source_date_epoch: None,
+            packages: None,
             manifest: None,
             origin: None,
         }),

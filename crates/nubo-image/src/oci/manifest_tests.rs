@@ -34,6 +34,8 @@ fn record() -> ImageRecord {
             checksum: None,
             serial: None,
             recipe: Some("sha256:a77f".into()),
+            source_date_epoch: None,
+            packages: None,
             manifest: None,
             origin: None,
         },

@@ -327,6 +327,8 @@ fn record(
             checksum: Some(art.blobs.disk.digest.clone()),
             serial: None,
             recipe: None,
+            source_date_epoch: None,
+            packages: None,
             manifest: Some(manifest_digest.to_owned()),
             origin: m.origin.clone().map(Box::new),
         },
