@@ -148,7 +148,7 @@ fn user_mode(root: &TestRoot, lv: &Libvirtd) -> TestResult {
         return Err("the user-mode VM is not running".into());
     }
     let ip = nubo(root, &["vm", "ip", "other"], QUICK)?.require()?.stdout;
-    if !ip.contains("10.0.2.15") {
+    if !ip.contains(&format!("127.0.0.1:{port}")) {
         return Err(format!("`vm ip` of the user-mode VM: {ip}"));
     }
     nubo(root, &["vm", "rm", "--force", "other"], QUICK)?.require()?;

@@ -206,9 +206,15 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
     }
     if let Net::User { ssh_port, restrict } = &d.net {
         let restrict = if *restrict { ",restrict=on" } else { "" };
+        // A fixed, high slot: libvirt places its own devices from slot 2 on and does not know
+        // about this one (0x1f is q35's LPC; 0x1e is free on both machines).
+        let bus = match d.machine {
+            Machine::Pc => "pci.0",
+            Machine::Q35 => "pcie.0",
+        };
         let _ = writeln!(
             x,
-            "  <qemu:commandline>\n    <qemu:arg value='-netdev'/>\n    <qemu:arg value='user,id=nubonet0{restrict},hostfwd=tcp:127.0.0.1:{ssh_port}-:22'/>\n    <qemu:arg value='-device'/>\n    <qemu:arg value='virtio-net-pci,netdev=nubonet0'/>\n  </qemu:commandline>"
+            "  <qemu:commandline>\n    <qemu:arg value='-netdev'/>\n    <qemu:arg value='user,id=nubonet0{restrict},hostfwd=tcp:127.0.0.1:{ssh_port}-:22'/>\n    <qemu:arg value='-device'/>\n    <qemu:arg value='virtio-net-pci,netdev=nubonet0,bus={bus},addr=0x1e'/>\n  </qemu:commandline>"
         );
     }
     x.push_str("</domain>\n");
