@@ -233,6 +233,7 @@ impl Backend for FakeBackend {
             ssh: None,
             guest_addresses: Vec::new(),
             network: "fake".into(),
+            predicted: false,
         })
     }
     fn console(&self, vm: &VmRef) -> ConsoleLog {

@@ -14,6 +14,7 @@ pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod libvirt;
+pub mod process;
 pub mod qemu;
 pub mod registry;
 pub mod spec;
@@ -136,8 +137,23 @@ pub struct Reach {
     pub ssh: Option<SocketAddr>,
     /// The guest's own addresses, when known or predicted.
     pub guest_addresses: Vec<String>,
+    /// The addresses were computed (from the MAC), not observed: `--wait` checks them
+    /// ([`Backend::check_address`]) and `vm ip` says so.
+    pub predicted: bool,
     /// How the network is realised, in words.
     pub network: String,
+}
+
+/// What the host can tell, right now, about an address the backend predicted for the guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state", content = "detail")]
+pub enum AddressCheck {
+    /// The host sees the guest there: the evidence (its neighbour entry with the VM's MAC).
+    Seen(String),
+    /// The host could see it, and does not (yet).
+    NotSeen,
+    /// The host cannot check from here: why (no route to the guest's network, say).
+    Unverifiable(String),
 }
 
 /// A static address the backend's network gives the guest (no DHCP server), which the engine
@@ -380,6 +396,12 @@ pub trait Backend: Send + Sync {
     /// sees leases (libvirt). A lease bearing the VM's name can only come from a guest that
     /// read the seed: readiness reports it as its own phase. `None` by default.
     fn lease_hostname(&self, _vm: &VmRef) -> Option<String> {
+        None
+    }
+
+    /// For a guest whose address is predicted ([`Reach::predicted`]): what the host sees of it
+    /// now. `None` when the backend observes addresses (or there is none). Cheap: no packet.
+    fn check_address(&self, _vm: &VmRef) -> Option<AddressCheck> {
         None
     }
 

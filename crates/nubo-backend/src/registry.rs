@@ -79,6 +79,9 @@ pub struct SelectionInput<'a> {
     pub microvm_workload: bool,
     /// Booting with `--kernel` rather than the image's own boot loader.
     pub direct_kernel: bool,
+    /// The spec asks for the restricted network, which cloud-hypervisor refuses (its guests
+    /// sit on a host bridge): the heuristic passes it over rather than pick a refusal.
+    pub restricted_network: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,9 +118,12 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
     } else {
         &["libvirt", "qemu"]
     };
+    let can_run = |id: &str| !(input.restricted_network && id == "cloud-hypervisor");
     prefer
         .iter()
-        .find(|id| input.available.contains(id) && reg.resolve(id).is_ok_and(|b| b.auto_selectable()))
+        .find(|id| {
+            can_run(id) && input.available.contains(id) && reg.resolve(id).is_ok_and(|b| b.auto_selectable())
+        })
         .map(|id| Selection {
             id: reg.resolve(id).expect("checked above").id(),
             source: Source::Heuristic,
@@ -125,8 +131,13 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
         .ok_or_else(|| BackendError::Unavailable {
             backend: "any",
             why: format!(
-                "no backend is available for this VM (wanted one of {}): run `nubo doctor` to see what is missing",
-                prefer.join(", ")
+                "no backend is available for this VM (wanted one of {}){}: run `nubo doctor` to see what is missing",
+                prefer.join(", "),
+                if input.restricted_network && input.available.contains(&"cloud-hypervisor") {
+                    "; cloud-hypervisor is installed but has no restricted network (use --network none or forward on it)"
+                } else {
+                    ""
+                }
             ),
         })
 }
@@ -257,6 +268,33 @@ mod tests {
         };
 
         assert_eq!(select(&reg(), &input).unwrap().id, "cloud-hypervisor");
+    }
+
+    #[test]
+    fn select_microvm_workload_restricted_network_passes_cloud_hypervisor_over() {
+        let input = SelectionInput {
+            available: &["qemu", "cloud-hypervisor"],
+            microvm_workload: true,
+            restricted_network: true,
+            ..Default::default()
+        };
+
+        assert_eq!(select(&reg(), &input).unwrap().id, "qemu");
+    }
+
+    #[test]
+    fn select_microvm_workload_restricted_network_only_cloud_hypervisor_is_unavailable() {
+        let input = SelectionInput {
+            available: &["cloud-hypervisor"],
+            microvm_workload: true,
+            restricted_network: true,
+            ..Default::default()
+        };
+
+        let err = select(&reg(), &input).unwrap_err();
+
+        assert!(matches!(err, BackendError::Unavailable { .. }));
+        assert!(err.to_string().contains("--network none"), "{err}");
     }
 
     #[test]

@@ -272,10 +272,14 @@ impl Engine {
             });
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
-        let ssh_addr = backend.reach(&rec.vm_ref(&dir))?.ssh;
+        let reach = backend.reach(&rec.vm_ref(&dir))?;
         let mut probes = LiveProbes {
             ssh: None,
-            ssh_addr,
+            ssh_addr: reach.ssh,
+            predicted: reach
+                .predicted
+                .then(|| reach.guest_addresses.first().cloned())
+                .flatten(),
             engine: self,
             rec: &rec,
             dir: dir.clone(),
@@ -312,6 +316,8 @@ struct LiveProbes<'a> {
     dir: PathBuf,
     backend: &'a dyn Backend,
     ssh_addr: Option<std::net::SocketAddr>,
+    /// The guest's address, when the backend predicted it rather than observed it.
+    predicted: Option<String>,
     ssh: Option<SshWatcher>,
 }
 
@@ -369,6 +375,12 @@ impl Probes for LiveProbes<'_> {
         self.backend
             .lease_hostname(&self.rec.vm_ref(&self.dir))
             .is_some_and(|h| h == self.rec.machine.name)
+    }
+
+    fn predicted_address(&mut self) -> Option<(String, nubo_backend::AddressCheck)> {
+        let address = self.predicted.clone()?;
+        let check = self.backend.check_address(&self.rec.vm_ref(&self.dir))?;
+        Some((address, check))
     }
 
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {

@@ -167,6 +167,7 @@ pub fn decide(
         Network::Forward => NetworkMode::Forward,
         Network::Restricted => NetworkMode::Restricted,
         Network::Named(n) => NetworkMode::Named(n.clone()),
+        Network::None => NetworkMode::None,
     };
 
     let input = SelectionInput {
@@ -177,6 +178,7 @@ pub fn decide(
         available: &facts.available,
         microvm_workload: machine == MachineKind::Microvm,
         direct_kernel: spec.boot.is_some(),
+        restricted_network: network == NetworkMode::Restricted,
     };
     let selection = nubo_backend::select(registry, &input)?;
     let backend = registry.resolve(selection.id)?;

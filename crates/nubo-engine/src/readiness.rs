@@ -6,6 +6,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nubo_backend::AddressCheck;
 use serde::Serialize;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -103,6 +104,9 @@ fn parse_finished(line: &str) -> Option<Finished> {
 /// How often the console log is read while waiting.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// How often a predicted address is looked at (two small /proc reads).
+const ADDRESS_EVERY: Duration = Duration::from_millis(500);
+
 pub const SEED_NOT_READ_CAUSES: &str =
     "likely causes: the seed's bus is invisible to the guest kernel (cloud kernels have no AHCI/SATA driver), \
 the seed has no Joliet tree, or its volume label is not CIDATA; `nubo seed inspect` shows what the seed holds";
@@ -163,6 +167,77 @@ pub trait Probes {
     fn leased(&mut self) -> bool {
         false
     }
+
+    /// For a guest whose address was predicted rather than observed: the address and what the
+    /// host sees of it now. `None` when the address is not predicted.
+    fn predicted_address(&mut self) -> Option<(String, AddressCheck)> {
+        None
+    }
+}
+
+/// The answer `--wait` gives about a predicted address, besides cloud-init's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "outcome")]
+pub enum AddressOutcome {
+    /// The guest answered at it: the evidence (its SSH banner, or the host's neighbour entry).
+    Up { address: String, evidence: String },
+    /// The host cannot check it from here: why.
+    Unverifiable { address: String, why: String },
+}
+
+/// What waiting does next about a predicted address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AddressStep {
+    /// The address question is settled.
+    Done(AddressOutcome),
+    /// It cannot be settled: fail with this.
+    Fail(Failure),
+    /// Look again later.
+    Wait,
+}
+
+/// The decision about a predicted address, from what is known now. Pure. `banner` is an SSH
+/// banner read from the address; `finished` says cloud-init's closing line was seen (waiting
+/// for cloud-init settles the address only after it); `timed_out` is the last look.
+///
+/// The three honest outcomes: up (banner, or a neighbour entry when waiting for cloud-init);
+/// cannot be checked from here (said at once when waiting for SSH, which then cannot be proven;
+/// a note beside cloud-init's proof otherwise); running but never answered (at the timeout).
+pub fn address_step(
+    target: WaitFor,
+    address: &str,
+    check: &AddressCheck,
+    banner: bool,
+    finished: bool,
+    timed_out: bool,
+    timeout: Duration,
+) -> AddressStep {
+    let settled = target == WaitFor::Ssh || finished;
+    let up = |evidence: String| {
+        AddressStep::Done(AddressOutcome::Up {
+            address: address.to_owned(),
+            evidence,
+        })
+    };
+    if banner && settled {
+        return up(format!("SSH banner from {address}:22"));
+    }
+    match check {
+        AddressCheck::Seen(e) if finished && target == WaitFor::CloudInit => up(e.clone()),
+        AddressCheck::Unverifiable(why) if target == WaitFor::Ssh => AddressStep::Fail(Failure::AddressUnverifiable {
+            address: address.to_owned(),
+            why: why.clone(),
+        }),
+        AddressCheck::Unverifiable(why) if finished => AddressStep::Done(AddressOutcome::Unverifiable {
+            address: address.to_owned(),
+            why: why.clone(),
+        }),
+        AddressCheck::NotSeen if timed_out && settled => AddressStep::Fail(Failure::AddressNeverAnswered {
+            address: address.to_owned(),
+            after_secs: timeout.as_secs(),
+        }),
+        _ => AddressStep::Wait,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -178,6 +253,8 @@ pub struct Outcome {
     pub finished: Option<Finished>,
     /// From SSH, when the console never showed cloud-init.
     pub status_over_ssh: Option<String>,
+    /// What became of a predicted address (`None` when the address is observed, or absent).
+    pub address: Option<AddressOutcome>,
 }
 
 /// Why waiting failed.
@@ -202,6 +279,16 @@ pub enum Failure {
     TimedOut {
         after_secs: u64,
         target: WaitFor,
+    },
+    /// The guest's predicted address cannot be checked from here, so SSH cannot be proven.
+    AddressUnverifiable {
+        address: String,
+        why: String,
+    },
+    /// The VM runs, but nothing answered at its predicted address within the timeout.
+    AddressNeverAnswered {
+        address: String,
+        after_secs: u64,
     },
 }
 
@@ -257,6 +344,15 @@ impl std::fmt::Display for ReadinessError {
                     WaitFor::CloudInit => "cloud-init to finish",
                 },
             ),
+            Failure::AddressUnverifiable { address, why } => write!(
+                f,
+                "the VM is running (last phase: {last}), but its predicted address {address} cannot be checked from here: {why}; console log {log}"
+            ),
+            Failure::AddressNeverAnswered { address, after_secs } => write!(
+                f,
+                "the VM is running (last phase: {last}), but nothing answered at its predicted address {address} within {} (no SSH banner, no neighbour entry on the bridge): check the guest's network-config in its seed and its console log {log}",
+                humantime::format_duration(Duration::from_secs(*after_secs)),
+            ),
         }
     }
 }
@@ -291,6 +387,11 @@ pub fn wait(
         }
     };
     let deadline = nubo_core::duration::deadline(Instant::now(), timeout);
+    // A predicted address is checked beside the console: cloud-init's line alone does not
+    // prove the guest answers where nubo says it is.
+    let predicted = probes.predicted_address().is_some();
+    let mut finished: Option<Finished> = None;
+    let mut last_addr_check = Instant::now();
     loop {
         if !probes.vmm_alive() {
             return Err(fail(Failure::VmmExited, seen, None));
@@ -324,11 +425,17 @@ pub fn wait(
                             problems.first().cloned(),
                         ));
                     }
-                    return Ok(Outcome {
-                        reached: Phase::CloudInitFinished,
-                        finished: Some(f),
-                        status_over_ssh: None,
-                    });
+                    if !predicted {
+                        return Ok(Outcome {
+                            reached: Phase::CloudInitFinished,
+                            finished: Some(f),
+                            status_over_ssh: None,
+                            address: None,
+                        });
+                    }
+                    // The address is settled below, now and then on every look.
+                    finished = Some(f);
+                    last_addr_check = Instant::now() - ADDRESS_EVERY;
                 }
                 None => {
                     if line.contains("cloud-init") || line.contains("Cloud-init") {
@@ -344,28 +451,59 @@ pub fn wait(
             }
             if probes.ssh_banner() {
                 reach(Phase::SshReachable, &mut seen);
-                if target == WaitFor::Ssh {
+                if target == WaitFor::Ssh && !predicted {
                     return Ok(Outcome {
                         reached: Phase::SshReachable,
                         finished: None,
                         status_over_ssh: None,
+                        address: None,
                     });
                 }
-                if !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
+                if target == WaitFor::CloudInit && !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
                     // The console is silent about cloud-init (console= elsewhere): ask the guest.
                     if let Some(r) = probes.cloud_init_status_over_ssh() {
                         let text = r.map_err(|e| fail(Failure::CloudInitFailed, seen, Some(e)))?;
                         reach(Phase::CloudInitFinished, &mut seen);
+                        // The banner came from the guest's address: a predicted one is up.
+                        let address = probes.predicted_address().map(|(a, _)| AddressOutcome::Up {
+                            evidence: format!("SSH banner from {a}:22"),
+                            address: a,
+                        });
                         return Ok(Outcome {
                             reached: Phase::CloudInitFinished,
                             finished: None,
                             status_over_ssh: Some(text),
+                            address,
                         });
                     }
                 }
             }
         }
-        if Instant::now() >= deadline {
+        let timed_out = Instant::now() >= deadline;
+        if predicted && (timed_out || last_addr_check.elapsed() >= ADDRESS_EVERY) {
+            last_addr_check = Instant::now();
+            if let Some((address, check)) = probes.predicted_address() {
+                let banner = probes.ssh_banner();
+                let step = address_step(target, &address, &check, banner, finished.is_some(), timed_out, timeout);
+                match step {
+                    AddressStep::Done(outcome) => {
+                        return Ok(Outcome {
+                            reached: if finished.is_some() {
+                                Phase::CloudInitFinished
+                            } else {
+                                Phase::SshReachable
+                            },
+                            finished: finished.take(),
+                            status_over_ssh: None,
+                            address: Some(outcome),
+                        })
+                    }
+                    AddressStep::Fail(failure) => return Err(fail(failure, seen, None)),
+                    AddressStep::Wait => {}
+                }
+            }
+        }
+        if timed_out {
             return Err(fail(
                 Failure::TimedOut {
                     after_secs: timeout.as_secs(),
@@ -450,6 +588,223 @@ mod tests {
         fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
             None
         }
+    }
+
+    /// A guest at a predicted address, which the host sees as `check`.
+    struct Predicted {
+        ssh: bool,
+        check: AddressCheck,
+    }
+
+    impl Probes for Predicted {
+        fn vmm_alive(&mut self) -> bool {
+            true
+        }
+        fn ssh_banner(&mut self) -> bool {
+            self.ssh
+        }
+        fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
+            None
+        }
+        fn predicted_address(&mut self) -> Option<(String, AddressCheck)> {
+            Some(("10.237.0.9".into(), self.check.clone()))
+        }
+    }
+
+    fn wait_predicted(
+        lines: &[&str],
+        target: WaitFor,
+        timeout: Duration,
+        p: Predicted,
+    ) -> Result<Outcome, ReadinessError> {
+        let log = log_with(lines);
+        let mut p = p;
+        wait(log.path(), 0, target, timeout, Instant::now(), &mut p, &mut |_, _| {})
+    }
+
+    const T: Duration = Duration::from_secs(60);
+    const ADDR: &str = "10.237.0.9";
+
+    #[test]
+    fn address_step_banner_is_up_for_ssh() {
+        let step = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, true, false, false, T);
+
+        assert!(
+            matches!(step, AddressStep::Done(AddressOutcome::Up { ref evidence, .. }) if evidence.contains("SSH banner")),
+            "{step:?}"
+        );
+    }
+
+    #[test]
+    fn address_step_neighbour_entry_after_cloud_init_is_up() {
+        let seen = AddressCheck::Seen("neighbour entry".into());
+
+        let before = address_step(WaitFor::CloudInit, ADDR, &seen, false, false, false, T);
+        let after = address_step(WaitFor::CloudInit, ADDR, &seen, false, true, false, T);
+
+        assert_eq!(before, AddressStep::Wait);
+        assert!(
+            matches!(after, AddressStep::Done(AddressOutcome::Up { .. })),
+            "{after:?}"
+        );
+    }
+
+    #[test]
+    fn address_step_neighbour_entry_does_not_prove_ssh() {
+        let step = address_step(
+            WaitFor::Ssh,
+            ADDR,
+            &AddressCheck::Seen("n".into()),
+            false,
+            false,
+            false,
+            T,
+        );
+
+        assert_eq!(step, AddressStep::Wait);
+    }
+
+    #[test]
+    fn address_step_unverifiable_fails_ssh_at_once_and_notes_beside_cloud_init() {
+        let why = AddressCheck::Unverifiable("no route".into());
+
+        let ssh = address_step(WaitFor::Ssh, ADDR, &why, false, false, false, T);
+        let pending = address_step(WaitFor::CloudInit, ADDR, &why, false, false, false, T);
+        let finished = address_step(WaitFor::CloudInit, ADDR, &why, false, true, false, T);
+
+        assert!(
+            matches!(ssh, AddressStep::Fail(Failure::AddressUnverifiable { .. })),
+            "{ssh:?}"
+        );
+        assert_eq!(pending, AddressStep::Wait);
+        assert!(
+            matches!(finished, AddressStep::Done(AddressOutcome::Unverifiable { .. })),
+            "{finished:?}"
+        );
+    }
+
+    #[test]
+    fn address_step_not_seen_fails_only_at_the_timeout() {
+        let waiting = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, false, false, false, T);
+        let last = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, false, false, true, T);
+        let cloud_init_pending = address_step(WaitFor::CloudInit, ADDR, &AddressCheck::NotSeen, false, false, true, T);
+
+        assert_eq!(waiting, AddressStep::Wait);
+        assert_eq!(
+            last,
+            AddressStep::Fail(Failure::AddressNeverAnswered {
+                address: ADDR.into(),
+                after_secs: 60
+            })
+        );
+        assert_eq!(
+            cloud_init_pending,
+            AddressStep::Wait,
+            "a cloud-init timeout stays a cloud-init timeout"
+        );
+    }
+
+    #[test]
+    fn wait_predicted_cloud_init_finished_and_seen_is_up() {
+        let out = wait_predicted(
+            &[FINISHED],
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Predicted {
+                ssh: false,
+                check: AddressCheck::Seen("neighbour entry".into()),
+            },
+        )
+        .unwrap();
+
+        assert!(out.finished.is_some());
+        assert!(matches!(out.address, Some(AddressOutcome::Up { .. })), "{out:?}");
+    }
+
+    #[test]
+    fn wait_predicted_cloud_init_finished_but_unverifiable_says_why() {
+        let out = wait_predicted(
+            &[FINISHED],
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            Predicted {
+                ssh: false,
+                check: AddressCheck::Unverifiable("no route to 10.237.0.9".into()),
+            },
+        )
+        .unwrap();
+
+        assert_eq!(
+            out.address,
+            Some(AddressOutcome::Unverifiable {
+                address: ADDR.into(),
+                why: "no route to 10.237.0.9".into()
+            })
+        );
+    }
+
+    #[test]
+    fn wait_predicted_cloud_init_finished_never_answered_fails_naming_address() {
+        let err = wait_predicted(
+            &[FINISHED],
+            WaitFor::CloudInit,
+            Duration::from_millis(600),
+            Predicted {
+                ssh: false,
+                check: AddressCheck::NotSeen,
+            },
+        )
+        .unwrap_err();
+
+        assert!(matches!(err.failure, Failure::AddressNeverAnswered { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("nothing answered at its predicted address 10.237.0.9"),
+            "{err}"
+        );
+        assert_eq!(err.last_phase, Some(Phase::CloudInitFinished));
+    }
+
+    #[test]
+    fn wait_predicted_ssh_banner_is_up_without_asking_cloud_init() {
+        let out = wait_predicted(
+            &[],
+            WaitFor::Ssh,
+            Duration::from_secs(10),
+            Predicted {
+                ssh: true,
+                check: AddressCheck::NotSeen,
+            },
+        )
+        .unwrap();
+
+        assert_eq!(out.reached, Phase::SshReachable);
+        assert!(
+            matches!(out.address, Some(AddressOutcome::Up { ref evidence, .. }) if evidence.contains("SSH banner")),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn wait_predicted_ssh_unverifiable_fails_before_the_timeout() {
+        let t = Instant::now();
+
+        let err = wait_predicted(
+            &[],
+            WaitFor::Ssh,
+            Duration::from_secs(30),
+            Predicted {
+                ssh: false,
+                check: AddressCheck::Unverifiable("no route".into()),
+            },
+        )
+        .unwrap_err();
+
+        assert!(
+            err.to_string().contains("cannot be checked from here: no route"),
+            "{err}"
+        );
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 
     /// [`wait`] from the start of `log`, ignoring phase reports.

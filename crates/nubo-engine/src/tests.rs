@@ -521,3 +521,43 @@ fn plan_kernel_boot_on_default_machine_keeps_qemu() {
 
     assert_eq!(plan.backend, "qemu");
 }
+
+#[test]
+fn plan_microvm_restricted_network_passes_cloud_hypervisor_over_for_qemu() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.network = Network::Restricted;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "qemu");
+    assert_eq!(plan.backend_source, nubo_backend::Source::Heuristic);
+}
+
+#[test]
+fn plan_microvm_network_none_picks_cloud_hypervisor_without_a_network() {
+    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
+    let ch = FakeBackend::new("cloud-hypervisor")
+        .with_aliases(&["ch"])
+        .with_caps(micro_caps());
+    let engine = Engine::new(
+        t.engine.roots.clone(),
+        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
+        None,
+    );
+    let mut s = microvm_spec(&t);
+    s.network = Network::None;
+
+    let plan = engine.dry_run(&s).unwrap();
+
+    assert_eq!(plan.backend, "cloud-hypervisor");
+    assert_eq!(plan.network, nubo_backend::NetworkMode::None);
+}

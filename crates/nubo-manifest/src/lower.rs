@@ -215,18 +215,21 @@ impl Cx<'_> {
     fn workload(&mut self, w: &WorkloadSpec) -> (Option<VmSpec>, Vec<String>) {
         let mut notes = Vec::new();
         let backend = match w.backend.as_deref() {
+            // Left to nubo's selection precedence (the image's hypervisor, NUBO_VM_BACKEND,
+            // `vm default-backend`, then the heuristic: cloud-hypervisor for a microVM where it
+            // is installed and can run the spec, else QEMU's microvm machine).
             None => {
                 notes.push(
-                    "backend qemu: a microvm Workload runs on QEMU's microvm machine unless it names `backend: cloud-hypervisor`"
+                    "backend: chosen by nubo's selection precedence (a microvm runs on cloud-hypervisor where it is installed, else on QEMU's microvm machine); name `backend:` to fix it"
                         .to_owned(),
                 );
-                Some("qemu".to_owned())
+                None
             }
             Some(b) if MICROVM_BACKENDS.contains(&b) => Some(b.to_owned()),
             Some("libvirt") => {
                 self.err(
                     "spec.backend",
-                    "the libvirt backend cannot run a microvm workload (nubo's libvirt backend has no microVM machine): use `qemu` (QEMU's microvm machine) or `cloud-hypervisor`, or leave backend out for qemu",
+                    "the libvirt backend cannot run a microvm workload (nubo's libvirt backend has no microVM machine): use `qemu` (QEMU's microvm machine) or `cloud-hypervisor`, or leave backend out for nubo to choose",
                 );
                 None
             }
@@ -505,6 +508,7 @@ fn network(text: Option<&str>) -> Network {
     match text {
         None | Some("forward") => Network::Forward,
         Some("restricted") => Network::Restricted,
+        Some("none") => Network::None,
         Some(name) => Network::Named(name.to_owned()),
     }
 }

@@ -107,7 +107,7 @@ pub fn schema() -> Value {
     vm.insert("overrides".into(), overrides());
     vm.insert(
         "network".into(),
-        text("`forward` (default), `restricted` (nothing but the SSH forward), or a libvirt network's name"),
+        text("`forward` (default), `restricted` (nothing but the SSH forward), `none` (no network device), or a libvirt network's name"),
     );
     vm.insert(
         "backend".into(),
@@ -134,7 +134,10 @@ pub fn schema() -> Value {
     micro.insert("initrd".into(), text("initrd path"));
     micro.insert("cmdline".into(), text("kernel command line"));
     micro.insert("overrides".into(), overrides());
-    micro.insert("network".into(), text("`forward` or `restricted`"));
+    micro.insert(
+        "network".into(),
+        text("`forward`, `restricted` or `none` (no network device)"),
+    );
     micro.insert("cloudInit".into(), cloud_init());
     micro.insert("sshUser".into(), text("the user `nubo vm ssh` logs in as"));
     micro.insert("bootTimeout".into(), text("how long `--wait` waits for cloud-init"));

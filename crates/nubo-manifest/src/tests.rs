@@ -209,6 +209,7 @@ fn lower_network_words_and_name() {
     let cases = [
         ("forward", Network::Forward),
         ("restricted", Network::Restricted),
+        ("none", Network::None),
         ("default", Network::Named("default".into())),
     ];
 
@@ -340,11 +341,12 @@ fn lower_workload_microvm_every_field() {
     )]);
     want.network = Network::Restricted;
     want.cloud_init.hostname = Some("fn-1".into());
-    want.backend = Some("qemu".into());
+    want.backend = None;
     want.ssh_user = Some("debian".into());
     want.boot_timeout = Some(Duration::from_secs(90));
     assert_eq!(l[0].spec, want);
     assert_eq!(l[0].notes.len(), 1, "the default backend is said");
+    assert!(l[0].notes[0].contains("selection precedence"), "{:?}", l[0].notes);
 }
 
 #[test]

@@ -157,6 +157,9 @@ pub enum Network {
     Restricted,
     /// A named host network (a libvirt network such as `default`).
     Named(String),
+    /// No network device at all: the guest is reached through its console only (qemu
+    /// `-nic none`, Cloud Hypervisor without a net device or tap).
+    None,
 }
 
 /// What cloud-init receives through the NoCloud seed.

@@ -619,6 +619,23 @@ fn serde_manifest_shape_deserialises() {
 }
 
 #[test]
+fn serde_network_none_is_the_word_none() {
+    let mut s = VmSpec::new(
+        VmName::parse("web-1").unwrap(),
+        DiskSource::Image {
+            reference: "debian:12".into(),
+        },
+    );
+    s.network = Network::None;
+
+    let json = serde_json::to_value(&s).unwrap();
+    let back: VmSpec = serde_json::from_value(json.clone()).unwrap();
+
+    assert_eq!(json["network"], "none");
+    assert_eq!(back.network, Network::None);
+}
+
+#[test]
 fn serde_unknown_field_is_refused() {
     let json = r#"{"name": "web-1", "source": {"image": {"reference": "debian:12"}}, "memroy": 1}"#;
 
@@ -709,6 +726,7 @@ fn arb_spec() -> impl Strategy<Value = VmSpec> {
         prop_oneof![
             Just(Network::Forward),
             Just(Network::Restricted),
+            Just(Network::None),
             ".*".prop_map(Network::Named)
         ],
         prop::option::of(".*"),

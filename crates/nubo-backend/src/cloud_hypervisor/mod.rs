@@ -26,7 +26,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use nubo_core::VmState;
 use serde::{Deserialize, Serialize};
@@ -34,12 +33,13 @@ use serde_json::{json, Value};
 
 use self::firmware::Found;
 use self::state::{snapshot_dir, ChState};
+use crate::process::{self, Vmm};
 use crate::qemu::probe::{probe_kvm, which, KvmStatus};
 use crate::qemu::state::check_socket_path;
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
-    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream,
-    GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    AddressCheck, Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog,
+    ConsoleStream, GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 pub const ID: &str = "cloud-hypervisor";
@@ -279,70 +279,29 @@ fn install_hint() -> String {
     "no package registry ships Cloud Hypervisor: install a release binary as /usr/local/bin/cloud-hypervisor".into()
 }
 
-/// The VMM of a VM, if alive and really this VM's (its environment carries the VM's UUID, so a
-/// pid reused after a crash is not mistaken for it; a zombie has no environment).
-pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(pid_file).ok()?.trim().parse().ok()?;
-    is_ours(pid, uuid).then(|| Pid::from_raw(pid))
-}
-
-fn is_ours(pid: i32, uuid: &str) -> bool {
-    let want = format!("{UUID_ENV}={uuid}");
-    fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == want.as_bytes()))
-}
-
-/// Every live process that is this VM's VMM (the pid file's, and any other carrying its UUID).
-fn vm_pids(st: &ChState, uuid: &str) -> Vec<Pid> {
-    let mut pids: Vec<Pid> = live_pid(&st.pid_file, uuid).into_iter().collect();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return pids;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if is_ours(pid, uuid) && !pids.contains(&Pid::from_raw(pid)) {
-            pids.push(Pid::from_raw(pid));
-        }
+/// This VM's Cloud Hypervisor: the process whose environment carries `NUBO_VM_UUID=<uuid>` (the
+/// command line names only the socket), so a pid reused after a crash is not mistaken for it
+/// and a VMM whose `create` was killed before the pid file was written is still found.
+fn vmm<'a>(name: &'a str, pid_file: &'a Path, uuid: &'a str) -> Vmm<'a> {
+    Vmm {
+        label: "Cloud Hypervisor",
+        vm: name,
+        pid_file,
+        ours: Box::new(move |pid| process::process_env_has(pid, UUID_ENV, uuid)),
     }
-    pids
+}
+
+/// The VMM of a VM, if alive and really this VM's.
+pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
+    vmm("", pid_file, uuid).live_pid()
 }
 
 fn wait_gone(st: &ChState, uuid: &str, timeout: Duration) -> bool {
-    let t0 = Instant::now();
-    while t0.elapsed() < timeout {
-        if live_pid(&st.pid_file, uuid).is_none() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    live_pid(&st.pid_file, uuid).is_none()
+    vmm("", &st.pid_file, uuid).wait_gone(timeout)
 }
 
 fn kill_now(name: &str, st: &ChState, uuid: &str) -> Result<(), BackendError> {
-    let pids = vm_pids(st, uuid);
-    for pid in &pids {
-        match kill(*pid, Signal::SIGKILL) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => {
-                return Err(BackendError::Io {
-                    what: format!("killing Cloud Hypervisor (pid {pid}) of VM `{name}`"),
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    let t0 = Instant::now();
-    while !vm_pids(st, uuid).is_empty() {
-        if t0.elapsed() > Duration::from_secs(10) {
-            return Err(remote(
-                format!("VM `{name}`"),
-                format!("Cloud Hypervisor (pids {pids:?}) survived SIGKILL for 10 s"),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Ok(())
+    vmm(name, &st.pid_file, uuid).kill_now()
 }
 
 fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
@@ -363,13 +322,21 @@ fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
 /// The last line of a log, bounded, for error messages.
 fn log_tail(p: &Path) -> String {
     let bytes = nubo_core::file::read_bounded(p, "VMM log", 1 << 20).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with(' '))
-        .unwrap_or("(empty)");
-    nubo_core::file::escape_control(line.trim())
+    tail_of(&String::from_utf8_lossy(&bytes))
+}
+
+/// The last message of a VMM log, for errors: its last unindented line with the indented lines
+/// after it (Cloud Hypervisor writes its error chain as `Error: ...` then indented causes),
+/// on one line and bounded. Pure.
+fn tail_of(text: &str) -> String {
+    const MAX: usize = 600;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let Some(start) = lines.iter().rposition(|l| !l.starts_with(' ')) else {
+        return "(empty)".into();
+    };
+    let joined = lines[start..].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+    let cut: String = joined.chars().take(MAX).collect();
+    nubo_core::file::escape_control(&cut)
 }
 
 /// Each boot moves the previous boot's serial log to `console.log.1`.
@@ -545,7 +512,7 @@ impl Backend for CloudHypervisorBackend {
                 return Err(BackendError::unsupported(
                     ID,
                     "--restrict-network",
-                    "the qemu backend (user-mode networking with restrict=on); Cloud Hypervisor's guests sit on a host bridge, which has no such restriction",
+                    "the qemu backend (user-mode networking with restrict=on), or `--network none` on cloud-hypervisor; Cloud Hypervisor's guests sit on a host bridge, and nubo does not isolate a bridge port from the host's own routing",
                 ))
             }
             NetworkMode::Named(n) => {
@@ -677,6 +644,7 @@ impl Backend for CloudHypervisorBackend {
                 ssh: None,
                 guest_addresses: Vec::new(),
                 network: "no network device".into(),
+                predicted: false,
             });
         };
         let Some(addr) = net::predicted_address(mac) else {
@@ -690,6 +658,7 @@ impl Backend for CloudHypervisorBackend {
         Ok(Reach {
             ssh: Some(SocketAddr::V4(SocketAddrV4::new(addr, 22))),
             guest_addresses: vec![addr.to_string()],
+            predicted: true,
             network: format!(
                 "tap {tap} on bridge {} with MAC {mac}; the address is {} (no DHCP: computed from the MAC and written into the seed)",
                 net::BRIDGE,
@@ -700,6 +669,22 @@ impl Backend for CloudHypervisorBackend {
                 }
             ),
         })
+    }
+
+    fn check_address(&self, vm: &VmRef) -> Option<AddressCheck> {
+        let st = ChState::of(vm).ok()?;
+        let mac = st.mac.as_deref().filter(|_| st.tap.is_some())?;
+        let addr = net::predicted_address(mac)?;
+        let read = |p: &str, what: &str| {
+            String::from_utf8_lossy(&nubo_core::file::read_bounded(Path::new(p), what, 1 << 20).unwrap_or_default())
+                .into_owned()
+        };
+        Some(net::address_check(
+            &read("/proc/net/route", "routing table"),
+            &read("/proc/net/arp", "ARP table"),
+            addr,
+            mac,
+        ))
     }
 
     fn console(&self, vm: &VmRef) -> ConsoleLog {
@@ -1234,6 +1219,17 @@ mod tests {
         let s = spec(d.path(), kernel_file(d.path(), b"\x7fELF\x02"), NetworkMode::None);
 
         assert_eq!(backend(d.path()).guest_network(&s), None);
+    }
+
+    #[test]
+    fn tail_of_keeps_the_error_chain() {
+        let log = "cloud-hypervisor: 1.2ms: <vmm> INFO\nError: Cloud Hypervisor exited with the following chain of errors:\n  0: Error binding to UNIX socket\n  1: Address in use\n\n";
+
+        assert_eq!(
+            tail_of(log),
+            "Error: Cloud Hypervisor exited with the following chain of errors: 0: Error binding to UNIX socket 1: Address in use"
+        );
+        assert_eq!(tail_of(""), "(empty)");
     }
 
     #[test]

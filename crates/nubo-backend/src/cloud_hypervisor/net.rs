@@ -10,7 +10,7 @@
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
 
-use crate::BackendError;
+use crate::{AddressCheck, BackendError};
 
 pub const BRIDGE: &str = "nubo0";
 /// The bridge's own address, the guests' gateway; guests get 10.237.0.2 to 10.237.255.254.
@@ -137,6 +137,44 @@ pub fn arp_confirms(arp_table: &str, addr: Ipv4Addr, mac: &str) -> bool {
     })
 }
 
+/// The interface the host's IPv4 routing table (`/proc/net/route` text) sends `addr` through:
+/// the longest matching prefix among routes that are up. Pure. The kernel prints each address
+/// as the hex of its network-order bytes read as a native `u32`.
+pub fn route_iface(routes: &str, addr: Ipv4Addr) -> Option<String> {
+    const RTF_UP: u32 = 0x1;
+    let want = u32::from_ne_bytes(addr.octets());
+    routes
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex = |i: usize| f.get(i).and_then(|v| u32::from_str_radix(v, 16).ok());
+            let (dest, flags, mask) = (hex(1)?, hex(3)?, hex(7)?);
+            (flags & RTF_UP != 0 && want & mask == dest & mask).then(|| (mask.count_ones(), f[0].to_owned()))
+        })
+        .max_by_key(|(bits, _)| *bits)
+        .map(|(_, iface)| iface)
+}
+
+/// What the host can tell of the guest's predicted address `addr` (MAC `mac`) from its routing
+/// and ARP tables: seen (a neighbour entry with the VM's MAC), not seen, or why it cannot
+/// tell from here (no route to the bridge's network in this network namespace, or a route
+/// through another interface). Pure.
+pub fn address_check(routes: &str, arp: &str, addr: Ipv4Addr, mac: &str) -> AddressCheck {
+    match route_iface(routes, addr) {
+        None => AddressCheck::Unverifiable(format!(
+            "this host has no route to {addr}: bridge {BRIDGE} is not in this network namespace (it lives where the VM was created; run nubo there)"
+        )),
+        Some(iface) if iface != BRIDGE => AddressCheck::Unverifiable(format!(
+            "this host routes {addr} through {iface}, not bridge {BRIDGE}: another network uses {GATEWAY}/{PREFIX}"
+        )),
+        Some(_) if arp_confirms(arp, addr, mac) => AddressCheck::Seen(format!(
+            "the host's neighbour table holds {addr} at {mac} on bridge {BRIDGE}"
+        )),
+        Some(_) => AddressCheck::NotSeen,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +231,62 @@ mod tests {
             "52:54:00:67:89:AD"
         ));
         assert!(!arp_confirms(table, Ipv4Addr::new(10, 237, 0, 2), "52:54:00:67:89:ad"));
+    }
+
+    /// A namespace with the bridge up (10.237.0.0/16 on nubo0) and a default route via eth0.
+    const ROUTES: &str = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+nubo0\t0000ED0A\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
+    const ARP: &str = "IP address       HW type     Flags       HW address            Mask     Device\n10.237.137.173   0x1         0x2         52:54:00:67:89:ad     *        nubo0\n";
+
+    #[test]
+    fn route_iface_longest_prefix_wins() {
+        assert_eq!(
+            route_iface(ROUTES, Ipv4Addr::new(10, 237, 137, 173)).as_deref(),
+            Some("nubo0")
+        );
+        assert_eq!(
+            route_iface(ROUTES, Ipv4Addr::new(192, 0, 2, 1)).as_deref(),
+            Some("eth0")
+        );
+        assert_eq!(route_iface("Iface\n", Ipv4Addr::new(10, 237, 0, 2)), None);
+    }
+
+    #[test]
+    fn address_check_neighbour_entry_is_seen() {
+        let c = address_check(ROUTES, ARP, Ipv4Addr::new(10, 237, 137, 173), "52:54:00:67:89:ad");
+
+        assert!(
+            matches!(c, AddressCheck::Seen(ref e) if e.contains("neighbour")),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn address_check_bridge_route_without_entry_is_not_seen() {
+        let c = address_check(ROUTES, "", Ipv4Addr::new(10, 237, 137, 173), "52:54:00:67:89:ad");
+
+        assert_eq!(c, AddressCheck::NotSeen);
+    }
+
+    #[test]
+    fn address_check_without_bridge_is_unverifiable_saying_why() {
+        let only_default = ROUTES.lines().take(2).collect::<Vec<_>>().join("\n");
+        let none = address_check("Iface\n", ARP, Ipv4Addr::new(10, 237, 137, 173), "52:54:00:67:89:ad");
+        let other = address_check(
+            &only_default,
+            ARP,
+            Ipv4Addr::new(10, 237, 137, 173),
+            "52:54:00:67:89:ad",
+        );
+
+        assert!(
+            matches!(none, AddressCheck::Unverifiable(ref w) if w.contains("no route") && w.contains("nubo0")),
+            "{none:?}"
+        );
+        assert!(
+            matches!(other, AddressCheck::Unverifiable(ref w) if w.contains("through eth0")),
+            "{other:?}"
+        );
     }
 }

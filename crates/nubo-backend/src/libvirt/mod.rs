@@ -691,6 +691,8 @@ impl Backend for LibvirtBackend {
                         .and_then(|i| i.parse().ok())
                         .map(|a: std::net::IpAddr| SocketAddr::new(a, 22)),
                     guest_addresses: leases.into_iter().map(|l| l.ip).collect(),
+                    // Observed: libvirt's DHCP leases.
+                    predicted: false,
                     network: format!(
                         "libvirt network `{n}` (DHCP lease of {})",
                         st.mac.as_deref().unwrap_or("?")
@@ -700,11 +702,13 @@ impl Backend for LibvirtBackend {
             (None, Some(p)) => Ok(Reach {
                 ssh: Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p)),
                 guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
+                predicted: false,
                 network: format!("user-mode networking, SSH forwarded from 127.0.0.1:{p}"),
             }),
             _ => Ok(Reach {
                 ssh: None,
                 guest_addresses: Vec::new(),
+                predicted: false,
                 network: "none".into(),
             }),
         }

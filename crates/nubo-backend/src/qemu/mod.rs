@@ -20,14 +20,14 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use nubo_core::VmState;
 
 use self::options::{Accel, Machine};
 use self::state::{check_socket_path, QemuState};
+use crate::process::{self, Vmm};
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
     Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, HostCheck,
@@ -260,74 +260,29 @@ impl QemuBackend {
     }
 }
 
-/// The VMM process of a VM, if it is alive and really this VM's (its command line carries the
-/// VM's UUID, so a pid reused by another process after a crash is not mistaken for it).
-pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
-    let pid: i32 = fs::read_to_string(pid_file).ok()?.trim().parse().ok()?;
-    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let ours = cmdline.split(|b| *b == 0).any(|arg| arg == uuid.as_bytes());
-    ours.then(|| Pid::from_raw(pid))
+/// This VM's QEMU: the process whose command line carries `-uuid <uuid>` (so a pid reused by
+/// another process after a crash is not mistaken for it, and a QEMU whose `nubo vm create` was
+/// killed before QEMU wrote its pid file is still found).
+fn vmm<'a>(name: &'a str, pid_file: &'a Path, uuid: &'a str) -> Vmm<'a> {
+    Vmm {
+        label: "QEMU",
+        vm: name,
+        pid_file,
+        ours: Box::new(move |pid| process::cmdline_has_pair(pid, "-uuid", uuid)),
+    }
 }
 
-/// Every live process that is this VM's QEMU: the one in the pid file, and any other whose
-/// command line carries `-uuid <uuid>`. The scan finds a QEMU whose `nubo vm create` was
-/// killed before QEMU wrote its pid file; left running, it would hold the pid file's lock.
-fn vm_pids(st: &QemuState, uuid: &str) -> Vec<Pid> {
-    let mut pids: Vec<Pid> = live_pid(&st.pid_file, uuid).into_iter().collect();
-    let Ok(entries) = fs::read_dir("/proc") else {
-        return pids;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmdline) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-        let ours = args.windows(2).any(|w| w[0] == b"-uuid" && w[1] == uuid.as_bytes());
-        if ours && !pids.contains(&Pid::from_raw(pid)) {
-            pids.push(Pid::from_raw(pid));
-        }
-    }
-    pids
+/// The VMM process of a VM, if it is alive and really this VM's.
+pub fn live_pid(pid_file: &Path, uuid: &str) -> Option<Pid> {
+    vmm("", pid_file, uuid).live_pid()
 }
 
 fn wait_gone(st: &QemuState, uuid: &str, timeout: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if live_pid(&st.pid_file, uuid).is_none() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    live_pid(&st.pid_file, uuid).is_none()
+    vmm("", &st.pid_file, uuid).wait_gone(timeout)
 }
 
 fn kill_now(name: &str, st: &QemuState, uuid: &str) -> Result<(), BackendError> {
-    let pids = vm_pids(st, uuid);
-    for pid in &pids {
-        match kill(*pid, Signal::SIGKILL) {
-            Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => {
-                return Err(BackendError::Io {
-                    what: format!("killing QEMU (pid {pid}) of VM `{name}`"),
-                    source: e.into(),
-                })
-            }
-        }
-    }
-    let start = Instant::now();
-    while !vm_pids(st, uuid).is_empty() {
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(BackendError::Remote {
-                what: format!("VM `{name}`"),
-                detail: format!("QEMU (pids {pids:?}) survived SIGKILL for 10 s"),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
+    vmm(name, &st.pid_file, uuid).kill_now()
 }
 
 fn remove_runtime_files(st: &QemuState) -> Result<(), BackendError> {
@@ -556,6 +511,7 @@ impl Backend for QemuBackend {
                 Vec::new()
             },
             network: "QEMU user-mode networking: the guest is reached through forwards on 127.0.0.1".into(),
+            predicted: false,
         })
     }
 

@@ -192,6 +192,10 @@ pub fn argv(
             ))
         }
     };
+    if restrict.is_none() {
+        // `-nodefaults` already leaves the default NIC out; said explicitly so the argv shows it.
+        push(&["-nic", "none"]);
+    }
     if let Some(restrict) = restrict {
         let mut netdev = format!("user,id=net0,restrict={}", if restrict { "on" } else { "off" });
         if let Some(port) = st.ssh_port {
@@ -397,6 +401,7 @@ mod tests {
         let got = joined(&s, opts(Machine::Pc, Accel::Tcg));
 
         assert!(!got.contains("seed0") && !got.contains("netdev"), "{got}");
+        assert!(got.contains("-nic none"), "{got}");
     }
 
     #[test]

@@ -143,9 +143,6 @@ pub struct CreateArgs {
     /// libvirt: the storage pool for the seed volume (default: nubo's own directory pool under NUBO_ROOT)
     #[arg(long, value_name = "NAME")]
     pub pool: Option<String>,
-    /// libvirt: the libvirt network to join (default `default`; without it, user-mode networking)
-    #[arg(long, value_name = "NAME")]
-    pub network: Option<String>,
     #[arg(long)]
     pub vcpus: Option<u32>,
     /// Memory, e.g. `2G` or `512M`
@@ -187,6 +184,14 @@ pub struct CreateArgs {
     /// Cut the guest off from every network but its forwarded ports (QEMU `restrict=on`)
     #[arg(long)]
     pub restrict_network: bool,
+    /// The guest's network: `forward` (default), `restricted` (as --restrict-network), `none`
+    /// (no network device: console only), or a named network (libvirt)
+    #[arg(
+        long,
+        value_name = "forward|restricted|none|NAME",
+        conflicts_with = "restrict_network"
+    )]
+    pub network: Option<String>,
     /// User `nubo vm ssh` logs in as (default: the image's default user)
     #[arg(long)]
     pub ssh_user: Option<String>,

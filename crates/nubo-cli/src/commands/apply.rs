@@ -182,8 +182,8 @@ fn report(l: &Lowered, refs: References, engine: &Engine) -> Result<Report, Stri
 /// Which precedence rule chose the backend, in a manifest's words.
 fn reason(l: &Lowered, p: &Plan) -> String {
     let by = match p.backend_source {
-        nubo_backend::Source::Flag if l.kind() == Kind::Workload && !l.doc.index.has("spec.backend") => {
-            "the Workload's default: a microvm runs on qemu's microvm machine".to_owned()
+        nubo_backend::Source::Heuristic if l.kind() == Kind::Workload => {
+            "the built-in heuristic: a microvm runs on cloud-hypervisor where it is installed and can run it, else on qemu's microvm machine".to_owned()
         }
         nubo_backend::Source::Flag => "the manifest's spec.backend".to_owned(),
         other => other.describe().to_owned(),
@@ -232,7 +232,7 @@ fn wait(l: &Lowered, engine: &Engine, t0: Instant) -> Result<String, String> {
         }
     };
     let out = engine.wait(&name, target, timeout, t0, &mut events).map_err(err)?;
-    Ok(match out.finished {
+    let ready = match &out.finished {
         Some(f) => format!(
             "cloud-init {} finished, datasource {} [seed={}]",
             f.version,
@@ -240,6 +240,10 @@ fn wait(l: &Lowered, engine: &Engine, t0: Instant) -> Result<String, String> {
             f.seed.as_deref().unwrap_or("?")
         ),
         None => "ssh answers".to_owned(),
+    };
+    Ok(match &out.address {
+        Some(a) => format!("{ready}; {}", crate::commands::vm::address_line(a)),
+        None => ready,
     })
 }
 

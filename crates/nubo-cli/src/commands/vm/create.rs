@@ -57,6 +57,9 @@ pub fn run(a: &CreateArgs, engine: &Engine) -> anyhow::Result<()> {
         } else {
             eprintln!("vm `{}` is ready", rec.name);
         }
+        if let Some(a) = &out.address {
+            eprintln!("  {}", super::address_line(a));
+        }
     }
     println!("{}", rec.name);
     Ok(())
@@ -82,7 +85,7 @@ pub fn flag(field: Field) -> &'static str {
         Field::BootCmdline => "--cmdline",
         Field::Machine => "--machine",
         Field::Overrides => "--machine/--accel/--connect/--pool",
-        Field::Network => "--restrict-network/--network",
+        Field::Network => "--network",
         Field::CloudInitHostname => "--hostname",
         Field::CloudInitSshKeys => "--ssh-key",
         Field::CloudInitUserData => "--user-data",
@@ -196,11 +199,16 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
     if !libvirt.is_empty() {
         spec.overrides.insert("libvirt".to_owned(), libvirt);
     }
-    if let Some(n) = &a.network {
-        spec.network = Network::Named(n.clone());
-    }
     if a.restrict_network {
         spec.network = Network::Restricted;
+    }
+    if let Some(n) = &a.network {
+        spec.network = match n.as_str() {
+            "forward" => Network::Forward,
+            "restricted" => Network::Restricted,
+            "none" => Network::None,
+            name => Network::Named(name.to_owned()),
+        };
     }
     spec.cloud_init = CloudInitSpec {
         hostname: a.hostname.clone(),
@@ -400,6 +408,40 @@ mod tests {
         );
 
         same(flags, manifest);
+    }
+
+    #[test]
+    fn parity_network_none_and_named() {
+        let d = Dir::new();
+        let none = from_flags(&["web", "--image", "debian:12", "--network", "none"]);
+        let named = from_flags(&["web", "--image", "debian:12", "--network", "default"]);
+
+        assert_eq!(none.network, Network::None);
+        same(
+            none,
+            from_manifest(d.dir.path(), "  image: debian:12\n  network: none\n"),
+        );
+        same(
+            named,
+            from_manifest(d.dir.path(), "  image: debian:12\n  network: default\n"),
+        );
+    }
+
+    #[test]
+    fn network_with_restrict_network_is_a_usage_error() {
+        let argv = [
+            "nubo",
+            "vm",
+            "create",
+            "web",
+            "--image",
+            "debian:12",
+            "--network",
+            "none",
+            "--restrict-network",
+        ];
+
+        assert!(crate::cli::Cli::try_parse_from(argv).is_err());
     }
 
     #[test]

@@ -46,15 +46,18 @@ pub fn wait(a: &WaitArgs, engine: &Engine) -> anyhow::Result<()> {
         WaitForArg::CloudInit => WaitFor::CloudInit,
     };
     let out = engine.wait(&a.name, target, a.timeout, Instant::now(), &mut print_event)?;
-    if let Some(f) = out.finished {
+    if let Some(f) = &out.finished {
         println!(
             "{} {} [seed={}]",
             f.datasource,
             f.version,
             f.seed.as_deref().unwrap_or("?")
         );
-    } else if let Some(s) = out.status_over_ssh {
+    } else if let Some(s) = &out.status_over_ssh {
         println!("{s}");
+    }
+    if let Some(a) = &out.address {
+        eprintln!("{}", super::address_line(a));
     }
     Ok(())
 }

@@ -105,3 +105,14 @@ pub fn print_event(e: Event) {
 fn seconds(t: Duration) -> String {
     format!("{:.1}s", t.as_secs_f64())
 }
+
+/// What `--wait` found at a predicted address, in a line.
+pub fn address_line(a: &nubo_engine::readiness::AddressOutcome) -> String {
+    use nubo_engine::readiness::AddressOutcome;
+    match a {
+        AddressOutcome::Up { address, evidence } => format!("predicted address {address} is up: {evidence}"),
+        AddressOutcome::Unverifiable { address, why } => {
+            format!("predicted address {address} could not be checked from here: {why}")
+        }
+    }
+}

@@ -18,6 +18,8 @@ struct Reach {
     ssh: Option<String>,
     ssh_user: String,
     guest_addresses: Vec<String>,
+    /// The addresses were computed from the MAC, not observed (`vm wait --for ssh` checks them).
+    predicted: bool,
     network: String,
 }
 
@@ -30,6 +32,7 @@ pub fn ip(a: &IpArgs, engine: &Engine) -> anyhow::Result<()> {
         ssh: reach.ssh.map(|s| s.to_string()),
         ssh_user: rec.ssh.user.clone(),
         guest_addresses: reach.guest_addresses.clone(),
+        predicted: reach.predicted,
         network: reach.network.clone(),
     };
     if a.output == Format::Json {
@@ -40,12 +43,13 @@ pub fn ip(a: &IpArgs, engine: &Engine) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("vm `{}` has no SSH endpoint ({})", a.name, reach.network))?;
     println!("{ssh}");
     eprintln!(
-        "  guest address {}; {}",
+        "  guest address {}{}; {}",
         if r.guest_addresses.is_empty() {
             "unknown".to_owned()
         } else {
             r.guest_addresses.join(", ")
         },
+        if r.predicted { " (predicted)" } else { "" },
         r.network
     );
     Ok(())
