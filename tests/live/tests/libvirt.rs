@@ -11,6 +11,7 @@
 //! - the converged VM: cloud-init finished with the seed's hostname, key and user-data; the
 //!   network's DHCP lease bears the domain name; the CD-ROM is the volume `<name>-cidata.iso`
 //!   and its meta-data's instance-id is the domain's UUID (read back through libvirt);
+//! - libvirt's console stream answers with the guest's login prompt;
 //! - a memory snapshot restored (a file written after it is gone, the uptime is back), and
 //!   listed after restore and after stop/start;
 //! - libvirtd restarted while the VM runs: nubo still lists it running and stops it;
@@ -320,26 +321,46 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     if ls_state(root, VM)? != "running" {
         return Err("`vm ls` does not say running".into());
     }
+    console(root, lv)?;
 
-    // A memory snapshot, restored: a file written after it is gone, the uptime is back.
+    // A memory snapshot, restored: RAM written after it is gone and RAM written before it is
+    // there (tmpfs: only memory state holds it; the same boot), a file written after it is gone,
+    // and the guest's clock is back (it advanced less than the host's by the time in between).
+    let boot_id = guest(
+        root,
+        VM,
+        "echo before > /dev/shm/m1; cat /proc/sys/kernel/random/boot_id",
+    )?;
     let t = Instant::now();
     nubo(root, &["vm", "snapshot", "create", VM, "s1"], QUICK)?.require()?;
     println!("timing snapshot create (memory): {:.1}s", t.elapsed().as_secs_f64());
-    let at_snap = uptime(root)?;
-    guest(root, VM, "touch /var/tmp/after-snapshot && sync")?;
+    let u1 = uptime(root)?;
+    let t1 = Instant::now();
+    guest(
+        root,
+        VM,
+        "echo after > /dev/shm/m2; touch /var/tmp/after-snapshot && sync",
+    )?;
     std::thread::sleep(Duration::from_secs(5));
-    let before_restore = uptime(root)?;
     let t = Instant::now();
     nubo(root, &["vm", "snapshot", "restore", VM, "s1"], QUICK)?.require()?;
     println!("timing snapshot restore (memory): {:.1}s", t.elapsed().as_secs_f64());
-    let g = guest(root, VM, "test -e /var/tmp/after-snapshot && echo present || echo gone")?;
-    if g != "gone" {
-        return Err(format!("after restoring s1, the file written after it is {g}"));
-    }
-    let after_restore = uptime(root)?;
-    if after_restore >= before_restore || after_restore + 1.0 < at_snap {
+    let u2 = uptime(root)?;
+    let host = t1.elapsed().as_secs_f64();
+    let g = guest(
+        root,
+        VM,
+        "cat /proc/sys/kernel/random/boot_id; cat /dev/shm/m1; test -e /dev/shm/m2 && echo m2; test -e /var/tmp/after-snapshot && echo file; true",
+    )?;
+    let want = format!("{boot_id}\nbefore");
+    if g != want {
         return Err(format!(
-            "uptime not back to the snapshot's: {at_snap:.1}s at the snapshot, {before_restore:.1}s before restore, {after_restore:.1}s after"
+            "after restoring s1 the guest shows {g:?}, not {want:?} (same boot, RAM and disk as at the snapshot)"
+        ));
+    }
+    if u2 - u1 > host - 4.0 {
+        return Err(format!(
+            "the guest's clock is not back: its uptime went {u1:.1}s -> {u2:.1}s while {host:.1}s passed on the host"
         ));
     }
     snapshots_listed(root, "after restore")?;
@@ -411,6 +432,48 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     no_qemu(root, "after rm")?;
     vms_empty(root, "after rm")?;
     Ok(())
+}
+
+/// libvirt's console stream, through the backend (`vm console` is interactive): a newline
+/// written to it brings the guest's login prompt back on it.
+fn console(root: &TestRoot, lv: &Libvirtd) -> TestResult {
+    use nubo_backend::Backend;
+    use std::io::{Read, Write};
+    let rec = inspect(root, VM)?;
+    let uuid = rec["uuid"].as_str().unwrap_or_default().to_owned();
+    let state = rec["backend_state"].clone();
+    let vm_dir = root.root().join("vms").join(VM);
+    let backend = nubo_backend::libvirt::LibvirtBackend::new(Some(lv.uri.clone()));
+    let vm = nubo_backend::VmRef {
+        name: VM,
+        uuid: &uuid,
+        vm_dir: &vm_dir,
+        state: &state,
+    };
+    let mut con = backend
+        .attach_console(&vm)
+        .map_err(|e| format!("attaching the console: {e}"))?;
+    let mut reader = con.try_clone_reader().map_err(|e| format!("console reader: {e}"))?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let mut all = Vec::new();
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&all).contains("login:") {
+                let _ = tx.send(());
+                break;
+            }
+        }
+    });
+    con.write_all(b"\r\n")
+        .map_err(|e| format!("writing to the console: {e}"))?;
+    let got = rx.recv_timeout(Duration::from_secs(60));
+    con.shutdown();
+    got.map_err(|_| "no login prompt on libvirt's console stream within 60 s".to_owned())
 }
 
 /// The guest's uptime in seconds.

@@ -84,6 +84,7 @@ struct Api {
     snapshot_delete: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
     snapshot_free: unsafe extern "C" fn(Ptr) -> c_int,
     domain_list_all_snapshots: unsafe extern "C" fn(Ptr, *mut *mut Ptr, c_uint) -> c_int,
+    domain_open_console: unsafe extern "C" fn(Ptr, *const c_char, Ptr, c_uint) -> c_int,
     stream_new: unsafe extern "C" fn(Ptr, c_uint) -> Ptr,
     stream_send: unsafe extern "C" fn(Ptr, *const c_char, usize) -> c_int,
     stream_recv: unsafe extern "C" fn(Ptr, *mut c_char, usize) -> c_int,
@@ -189,6 +190,7 @@ fn load() -> Result<Api, String> {
         snapshot_delete: sym!(lib, "virDomainSnapshotDelete"),
         snapshot_free: sym!(lib, "virDomainSnapshotFree"),
         domain_list_all_snapshots: sym!(lib, "virDomainListAllSnapshots"),
+        domain_open_console: sym!(lib, "virDomainOpenConsole"),
         stream_new: sym!(lib, "virStreamNew"),
         stream_send: sym!(lib, "virStreamSend"),
         stream_recv: sym!(lib, "virStreamRecv"),
@@ -420,6 +422,17 @@ impl Connection {
         Ok(p)
     }
 
+    /// `dom`'s serial console as a blocking stream (taking it over from another client).
+    pub fn open_console(&self, dom: &Domain) -> Result<Stream, VirtError> {
+        let st = self.new_stream()?;
+        // SAFETY: live domain and stream; a NULL device name means the first console;
+        // flags 1 = VIR_DOMAIN_CONSOLE_FORCE.
+        check(self.api, unsafe {
+            (self.api.domain_open_console)(dom.ptr, std::ptr::null(), st.ptr, 1)
+        })?;
+        Ok(st)
+    }
+
     fn new_stream(&self) -> Result<Stream, VirtError> {
         // SAFETY: live connection; flags 0 = a blocking stream.
         let ptr = unsafe { (self.api.stream_new)(self.ptr, 0) };
@@ -429,7 +442,7 @@ impl Connection {
         Ok(Stream {
             api: self.api,
             ptr,
-            finished: false,
+            finished: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -488,23 +501,55 @@ fn none_if<T>(r: Result<T, VirtError>, absent: i32) -> Result<Option<T>, VirtErr
     }
 }
 
-struct Stream {
+/// A libvirt stream (volume upload/download, a domain's console).
+pub struct Stream {
     api: &'static Api,
     ptr: Ptr,
-    finished: bool,
+    finished: std::sync::atomic::AtomicBool,
 }
+
+// SAFETY: libvirt's streams are thread-safe objects; the console reads on one thread while
+// another writes, which libvirt's RPC client serialises.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
 
 impl Stream {
     fn finish(&mut self) -> Result<(), VirtError> {
-        self.finished = true;
+        self.finished.store(true, std::sync::atomic::Ordering::SeqCst);
         // SAFETY: live stream.
         check(self.api, unsafe { (self.api.stream_finish)(self.ptr) }).map(drop)
+    }
+
+    /// Blocks for data; `Ok(0)` at the end of the stream.
+    pub fn recv(&self, buf: &mut [u8]) -> Result<usize, VirtError> {
+        // SAFETY: `buf` is a live, writable buffer of its length.
+        check(self.api, unsafe {
+            (self.api.stream_recv)(self.ptr, buf.as_mut_ptr().cast(), buf.len())
+        })
+        .map(|n| n as usize)
+    }
+
+    pub fn send(&self, buf: &[u8]) -> Result<usize, VirtError> {
+        // SAFETY: the pointer and length describe a live slice.
+        check(self.api, unsafe {
+            (self.api.stream_send)(self.ptr, buf.as_ptr().cast(), buf.len())
+        })
+        .map(|n| n as usize)
+    }
+
+    /// Ends the transfer at once (a blocked `recv` returns an error); idempotent.
+    pub fn abort(&self) {
+        if !self.finished.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // SAFETY: live stream, aborted once.
+            unsafe { (self.api.stream_abort)(self.ptr) };
+        }
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.finished.load(std::sync::atomic::Ordering::SeqCst) {
             // SAFETY: live stream that was not finished: abort it so libvirt drops the transfer.
             unsafe { (self.api.stream_abort)(self.ptr) };
         }

@@ -817,12 +817,21 @@ impl Backend for LibvirtBackend {
         self.lease_of(vm).ok().flatten()
     }
 
-    fn attach_console(&self, _vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
-        Err(BackendError::unsupported(
-            ID,
-            "an interactive console",
-            "`nubo vm logs --follow` for the serial output, or the qemu backend",
-        ))
+    fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        let (conn, dom) = self.domain_of(vm)?;
+        if dom.state().map(vm_state).unwrap_or(VmState::Stopped) == VmState::Stopped {
+            return Err(BackendError::InvalidSpec(format!(
+                "vm `{0}` is stopped: start it first (`nubo vm start {0}`)",
+                vm.name
+            )));
+        }
+        let stream = conn
+            .open_console(&dom)
+            .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
+        Ok(Box::new(Console {
+            stream: std::sync::Arc::new(stream),
+            _conn: std::sync::Arc::new(conn),
+        }))
     }
 }
 
@@ -890,6 +899,42 @@ fn redefine_snapshots(dom: &Domain, vm_dir: &Path, uuid: &str) -> Result<usize, 
         n += 1;
     }
     Ok(n)
+}
+
+/// libvirt's console stream for a domain (`nubo vm console`): one thread reads while another
+/// writes; `shutdown` aborts the stream, which ends a blocked read.
+struct Console {
+    stream: std::sync::Arc<ffi::Stream>,
+    _conn: std::sync::Arc<Connection>,
+}
+
+impl std::io::Read for Console {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.recv(buf).map_err(|e| std::io::Error::other(e.message))
+    }
+}
+
+impl std::io::Write for Console {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.send(buf).map_err(|e| std::io::Error::other(e.message))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ConsoleStream for Console {
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        Ok(Box::new(Console {
+            stream: self.stream.clone(),
+            _conn: self._conn.clone(),
+        }))
+    }
+
+    fn shutdown(&self) {
+        self.stream.abort();
+    }
 }
 
 /// A lease of the VM's MAC on its network.
