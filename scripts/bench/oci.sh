@@ -5,6 +5,8 @@
 #   push: `nubo image push` of the bootstrapped debian:12 image vs `skopeo copy oci:DIR docker://`
 #   pull: `nubo image pull` into a fresh store (digest and size verified while streaming, strict
 #         inspector, fsync) vs `skopeo copy docker:// oci:DIR`
+#   --compress: the same push and pull with the disk as a zstd layer (compress to tmp/, upload;
+#         download, decompress, hash), against the same skopeo figures
 # Before each push the registry's blob storage is emptied (and each run uses a new repository),
 # so neither client can skip a blob or mount it from another repository (skopeo remembers where
 # it saw a blob and asks the registry to mount it from there).
@@ -87,6 +89,7 @@ timed() { local t0 t1; t0=$(now); "$@" >/dev/null 2>&1 || { echo "failed: $*" >&
 min() { local b=; for v in "$@"; do if [ -z "$b" ] || [ "$(echo "$v < $b" | bc -l)" = 1 ]; then b=$v; fi; done; echo "$b"; }
 wipe() { rm -rf "$work/storage/docker/registry/v2/blobs" "$work/storage/docker/registry/v2/repositories"; }
 nubo_push() { wipe; n=$((n + 1)); "$NUBO_BIN" image push debian:12 "$host/bench/nubo-$1:1" --ca-cert "$work/ca.pem"; }
+nubo_push_z() { wipe; "$NUBO_BIN" image push debian:12 "$host/bench/nuboz-$1:1" --compress --ca-cert "$work/ca.pem"; }
 skopeo_push() {
   wipe
   skopeo --insecure-policy copy -q --dest-creds "$creds" --dest-cert-dir "$work/certs" "oci:$work/layout:1" "docker://$host/bench/skopeo-$1:1"
@@ -94,7 +97,7 @@ skopeo_push() {
 nubo_pull() {
   chmod -R u+w "$work/dst" 2>/dev/null || true; rm -rf "$work/dst"; mkdir -p "$work/dst"
   cp "$work/src/auth.json" "$work/dst/auth.json"
-  NUBO_ROOT="$work/dst" "$NUBO_BIN" image pull "$host/bench/seed:1" --ca-cert "$work/ca.pem"
+  NUBO_ROOT="$work/dst" "$NUBO_BIN" image pull "$host/bench/${1:-seed}:1" --ca-cert "$work/ca.pem"
 }
 skopeo_pull() {
   rm -rf "$work/pulled"
@@ -110,7 +113,14 @@ wipe
 for _ in $(seq "$RUNS"); do
   ln+=("$(timed nubo_pull)"); ls+=("$(timed skopeo_pull)")
 done
+pz=(); lz=()
+for i in $(seq "$RUNS"); do pz+=("$(timed nubo_push_z "$i")"); done
+wipe
+"$NUBO_BIN" image push debian:12 "$host/bench/seedz:1" --compress --ca-cert "$work/ca.pem" >/dev/null 2>&1
+for _ in $(seq "$RUNS"); do lz+=("$(timed nubo_pull seedz)"); done
+zsize=$(stat -c %s "$work"/storage/docker/registry/v2/blobs/sha256/*/*/data | sort -n | tail -1)
 t_pn=$(min "${pn[@]}"); t_ps=$(min "${ps[@]}"); t_ln=$(min "${ln[@]}"); t_ls=$(min "${ls[@]}")
+t_pz=$(min "${pz[@]}"); t_lz=$(min "${lz[@]}")
 rate() { echo "scale=1; $mib / $1" | bc -l; }
 echo "-- push: $(printf %.0f "$mib") MiB image to $host (best of $RUNS, new repository each run)"
 printf "nubo image push       %8.3fs  %8s MiB/s\n" "$t_pn" "$(rate "$t_pn")"
@@ -120,3 +130,6 @@ echo "-- pull: into a fresh store / oci: directory (best of $RUNS)"
 printf "nubo image pull       %8.3fs  %8s MiB/s\n" "$t_ln" "$(rate "$t_ln")"
 printf "skopeo copy -> oci:   %8.3fs  %8s MiB/s\n" "$t_ls" "$(rate "$t_ls")"
 printf "ratio nubo/skopeo (throughput): %.2fx\n" "$(echo "$t_ls / $t_ln" | bc -l)"
+echo "-- --compress: zstd disk layer of $(echo "$zsize / 1048576" | bc) MiB (best of $RUNS)"
+printf "nubo image push --compress %8.3fs  ratio to skopeo push: %.2fx\n" "$t_pz" "$(echo "$t_ps / $t_pz" | bc -l)"
+printf "nubo image pull (zstd)     %8.3fs  ratio to skopeo pull: %.2fx\n" "$t_lz" "$(echo "$t_ls / $t_lz" | bc -l)"

@@ -31,6 +31,10 @@ pub struct Settings {
     pub foreign_auth_files: Vec<PathBuf>,
     /// `HOME`: what `~/` stands for in a manifest's paths.
     pub home: Option<PathBuf>,
+    /// `vm create --ca-cert FILE`s: CAs trusted, in addition, by the pulls the engine asks for
+    /// (catalog, URL, registry), as `image pull --ca-cert` is for its own. Empty from the
+    /// environment; set by the command.
+    pub extra_ca: Vec<PathBuf>,
 }
 
 impl Settings {
@@ -71,6 +75,7 @@ impl Settings {
             auth_file,
             foreign_auth_files,
             home: env.home.clone(),
+            extra_ca: Vec::new(),
         })
     }
 }

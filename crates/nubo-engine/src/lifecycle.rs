@@ -173,6 +173,19 @@ impl Engine {
     pub(crate) fn teardown(&self, rec: &VmRecord) -> Result<(), EngineError> {
         let dir = self.roots.vm_dir(&rec.name);
         self.backend_of(rec)?.destroy(&rec.vm_ref(&dir))?;
+        // The run directory is the engine's choice (`MachineSpec::run_dir`); a backend removes
+        // it with the state that names it, but a create interrupted before the backend's state
+        // was recorded leaves it to the engine.
+        let run = self.roots.vm_run_dir(&rec.name);
+        if let Err(e) = fs::remove_dir_all(&run) {
+            if e.kind() != io::ErrorKind::NotFound {
+                return Err(EngineError::Io {
+                    name: rec.name.clone(),
+                    what: format!("removing {}", run.display()),
+                    source: e,
+                });
+            }
+        }
         match fs::remove_dir_all(&dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(EngineError::Io {
                 name: rec.name.clone(),

@@ -330,6 +330,21 @@ fn rm_running_without_force_refused_then_forced() {
 }
 
 #[test]
+fn rm_removes_the_run_directory_the_backend_did_not() {
+    let t = fake();
+    t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+    // What a VMM left in the run directory the engine gave it, its state not naming it (a
+    // create interrupted before the backend's state was recorded).
+    let run = t.engine.roots.vm_run_dir("web");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("api.sock"), b"").unwrap();
+
+    assert!(t.engine.remove("web", true, &mut quiet()).unwrap());
+
+    assert!(!run.exists(), "{} left behind", run.display());
+}
+
+#[test]
 fn rm_absent_vm_is_success_and_makes_nothing() {
     let t = fake();
 

@@ -11,7 +11,7 @@
 //! This module knows nothing of pulls: it reports [`DownloadEvent`]s, which `pull` forwards.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io;
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
@@ -20,9 +20,7 @@ use crate::checksum::Algorithm;
 use crate::digest::{hash_reader, Digests, StreamHasher};
 use crate::error::{self, PullError};
 use crate::http::{self, SendError};
-
-/// Streaming buffer: big enough to keep TLS records and hashing efficient.
-const BUF: usize = 256 << 10;
+use crate::pipeline::{self, Ended};
 
 /// Pause before reconnecting, doubled each attempt: a flapping link gets a moment to recover.
 const BACKOFF: Duration = Duration::from_millis(200);
@@ -44,7 +42,8 @@ pub struct Fetch<'a> {
     pub expected_size: Option<u64>,
 }
 
-/// What a download reports as it goes.
+/// What a transfer reports as it goes: a download here, an upload in an OCI push. A pull
+/// forwards these inside [`crate::PullEvent::Transfer`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DownloadEvent {
     /// A transfer starts at `offset` (non-zero when resuming).
@@ -256,7 +255,7 @@ fn attempt_once(
         .open(part)
         .map_err(write_err)?;
     let mut body = resp.into_body().into_reader();
-    let received = pipeline(&mut body, out, hasher, *offset, f.expected_size, &mut |done| {
+    let received = pipeline::run(&mut body, out, hasher, *offset, f.expected_size, &mut |done| {
         progress(DownloadEvent::Progress { done, total })
     });
     *offset += received.bytes;
@@ -280,115 +279,6 @@ fn attempt_once(
         ))),
         _ => Ok(()),
     }
-}
-
-/// Buffers in flight between the receiving, hashing and writing threads: enough to ride out a
-/// slow fsync or a burst from the network, small enough to stay a few MiB.
-const IN_FLIGHT: usize = 8;
-
-/// Why a [`pipeline`] stopped before the end of the body.
-enum Ended {
-    Read(io::Error),
-    Write(io::Error),
-    /// More bytes than the expected size arrived.
-    TooLong(u64),
-}
-
-struct Received {
-    /// Bytes hashed and written (the partial file and the hash state agree on them).
-    bytes: u64,
-    stop: Option<Ended>,
-}
-
-/// Receives `body` on this thread, hashes on a second and writes `out` on a third, with a
-/// bounded pool of [`BUF`]-sized buffers between them: reader -> hasher -> writer -> reader.
-/// One sequential pass left the link idle while the hash or the disk ran; now each runs while
-/// the others do. Returns only when every received byte is hashed and written (or the writer
-/// failed), so a resumed download continues from a consistent partial and hash state.
-fn pipeline(
-    body: &mut dyn Read,
-    out: File,
-    hasher: &mut StreamHasher,
-    start: u64,
-    expected: Option<u64>,
-    progress: &mut dyn FnMut(u64),
-) -> Received {
-    use std::sync::mpsc::{channel, sync_channel};
-    let (free_tx, free_rx) = channel::<Vec<u8>>();
-    for _ in 0..IN_FLIGHT {
-        let _ = free_tx.send(vec![0u8; BUF]);
-    }
-    let (hash_tx, hash_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    let (write_tx, write_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    thread::scope(|s| {
-        let hashing = s.spawn(move || {
-            for (buf, n) in hash_rx {
-                hasher.update(&buf[..n]);
-                if write_tx.send((buf, n)).is_err() {
-                    break;
-                }
-            }
-        });
-        let writing = s.spawn(move || -> (u64, Option<io::Error>) {
-            let mut out = out;
-            let mut written = 0u64;
-            for (buf, n) in write_rx {
-                if let Err(e) = out.write_all(&buf[..n]) {
-                    return (written, Some(e));
-                }
-                written += n as u64;
-                let _ = free_tx.send(buf);
-            }
-            (written, None)
-        });
-
-        let mut received = start;
-        let mut stop = None;
-        'receive: while let Ok(mut buf) = free_rx.recv() {
-            // Fill the buffer (TLS hands over a record at a time) so each hand-off is worth it.
-            let mut n = 0;
-            let mut eof = false;
-            while n < buf.len() {
-                match body.read(&mut buf[n..]) {
-                    Ok(0) => {
-                        eof = true;
-                        break;
-                    }
-                    Ok(k) => n += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        stop = Some(Ended::Read(e));
-                        break;
-                    }
-                }
-            }
-            if let Some(limit) = expected.filter(|l| received + n as u64 > *l) {
-                // Keep what fits; the rest is the server lying about the blob.
-                n = (limit - received.min(limit)) as usize;
-                stop = Some(Ended::TooLong(limit));
-            }
-            received += n as u64;
-            if n > 0 && hash_tx.send((buf, n)).is_err() {
-                break 'receive;
-            }
-            if n > 0 {
-                progress(received);
-            }
-            if eof || stop.is_some() {
-                break;
-            }
-        }
-        drop(hash_tx);
-        let _ = hashing.join();
-        let (written, write_error) = writing.join().unwrap_or((0, None));
-        match write_error {
-            Some(e) => Received {
-                bytes: written,
-                stop: Some(Ended::Write(e)),
-            },
-            None => Received { bytes: written, stop },
-        }
-    })
 }
 
 #[cfg(test)]

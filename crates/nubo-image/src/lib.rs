@@ -1,8 +1,8 @@
 //! Image references, the distro catalog, checksum-file parsers, verified downloads, the
 //! content-addressed image store and its JSON records, import and convert.
 //!
-//! Imports inside the crate go one way: `pull` -> `download` -> `http` -> `error`; `download`
-//! reports its own `DownloadEvent`s and knows nothing of pulls.
+//! Imports inside the crate go one way: `pull` -> `download` -> (`http`, `pipeline`) -> `error`;
+//! `download` reports its own `DownloadEvent`s and knows nothing of pulls.
 
 pub mod catalog;
 pub mod checksum;
@@ -14,6 +14,7 @@ pub mod http;
 pub mod import;
 mod lock;
 pub mod oci;
+mod pipeline;
 pub mod pull;
 pub mod record;
 pub mod reference;

@@ -105,46 +105,19 @@ pub enum PullEvent {
     AlreadyPresent {
         digest: String,
     },
-    /// A transfer starts at `offset` (non-zero when resuming).
-    Download {
-        offset: u64,
-        total: Option<u64>,
-    },
-    Progress {
-        done: u64,
-        total: Option<u64>,
-    },
-    /// A transient failure (dropped connection, timeout, 5xx, 429); reconnecting with Range
-    /// from `offset`.
-    Retry {
-        attempt: u32,
-        offset: u64,
-        error: String,
-    },
-    /// The partial could not be continued; downloading from the start.
-    Restart {
-        reason: String,
-    },
+    /// The download (or, for a push, the upload) moving: start, progress, retries, restarts.
+    /// One set of variants, [`DownloadEvent`]'s, for every transfer.
+    Transfer(DownloadEvent),
     Verified {
         checksum: String,
     },
     /// A line worth showing (a registry reference resolved, a blob skipped).
     Note(String),
-    /// An upload starts at `offset` (push); `Progress` follows.
-    Upload {
-        offset: u64,
-        total: Option<u64>,
-    },
 }
 
 impl From<DownloadEvent> for PullEvent {
     fn from(e: DownloadEvent) -> Self {
-        match e {
-            DownloadEvent::Start { offset, total } => PullEvent::Download { offset, total },
-            DownloadEvent::Progress { done, total } => PullEvent::Progress { done, total },
-            DownloadEvent::Retry { attempt, offset, error } => PullEvent::Retry { attempt, offset, error },
-            DownloadEvent::Restart { reason } => PullEvent::Restart { reason },
-        }
+        PullEvent::Transfer(e)
     }
 }
 

@@ -6,7 +6,9 @@ use std::error::Error;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
-use nubo_image::{pull, ImageRef, ImageStore, PullError, PullEvent, PullRequest, PullSource, TlsSettings};
+use nubo_image::{
+    pull, DownloadEvent, ImageRef, ImageStore, PullError, PullEvent, PullRequest, PullSource, TlsSettings,
+};
 use support::{qcow2_bytes, sha256, sha512, Server};
 
 const UBUNTU_DIR: &str = "/ubuntu/releases/24.04/release-20250610/";
@@ -236,7 +238,9 @@ fn pull_dropped_connection_resumes_with_range() {
             .is_some_and(|r| r.starts_with("bytes=") && r != "bytes=0-"),
         "{hits:?}"
     );
-    assert!(events.iter().any(|e| matches!(e, PullEvent::Retry { .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, PullEvent::Transfer(DownloadEvent::Retry { .. }))));
 }
 
 #[test]
@@ -271,7 +275,9 @@ fn pull_server_ignoring_range_restarts_cleanly() {
     let (rec, events) = run(&f.store, &req);
 
     assert_eq!(rec.unwrap().digest, format!("sha256:{}", sha256(&f.image)));
-    assert!(events.iter().any(|e| matches!(e, PullEvent::Restart { .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, PullEvent::Transfer(DownloadEvent::Restart { .. }))));
 }
 
 #[test]

@@ -8,8 +8,8 @@ use std::fs;
 use std::net::TcpListener;
 
 use nubo_image::{
-    pull, Added, ImageRef, ImageStore, PullError, PullEvent, PullRequest, PullSource, StoreError, TagChange,
-    TlsSettings,
+    pull, Added, DownloadEvent, ImageRef, ImageStore, PullError, PullEvent, PullRequest, PullSource, StoreError,
+    TagChange, TlsSettings,
 };
 use support::{qcow2_bytes, sha256, Server};
 
@@ -171,7 +171,9 @@ fn pull_nothing_listening_says_nothing_downloaded() {
         "{msg}"
     );
     assert!(!msg.contains("partial download is kept"), "{msg}");
-    assert!(!events.iter().any(|e| matches!(e, PullEvent::Retry { .. })));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, PullEvent::Transfer(DownloadEvent::Retry { .. }))));
     assert!(tmp_entries(&store).is_empty(), "{:?}", tmp_entries(&store));
 }
 
@@ -236,7 +238,9 @@ fn pull_503_then_body_is_retried() {
 
     assert!(r.is_ok(), "{r:?}");
     assert_eq!(f.server.hits("/a.qcow2").len(), 2);
-    assert!(events.iter().any(|e| matches!(e, PullEvent::Retry { .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, PullEvent::Transfer(DownloadEvent::Retry { .. }))));
 }
 
 #[test]
@@ -262,7 +266,9 @@ fn pull_tls_failure_mid_body_is_not_retried() {
     let err = r.unwrap_err();
     assert!(!matches!(err, PullError::Interrupted { .. }), "{err:?}");
     assert!(
-        !events.iter().any(|e| matches!(e, PullEvent::Retry { .. })),
+        !events
+            .iter()
+            .any(|e| matches!(e, PullEvent::Transfer(DownloadEvent::Retry { .. }))),
         "{events:?}"
     );
     assert_eq!(f.server.hits("/a.qcow2").len(), 1);

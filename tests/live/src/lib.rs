@@ -9,12 +9,14 @@
 //! ```
 
 pub mod cli;
+pub mod faults;
 pub mod fixture;
 pub mod libvirtd;
 pub mod prereq;
 pub mod process;
 pub mod pvh;
 pub mod registry;
+pub mod token;
 
 pub use fixture::{nubo_bin, DebianImage, TestRoot};
 pub use process::{run_with_timeout, wait_for_line, Guard};

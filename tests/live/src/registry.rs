@@ -1,6 +1,8 @@
 //! A real OCI registry for live tests: Debian's `docker-registry` (distribution 2.8) started
 //! by the test on 127.0.0.1 with a free port, TLS from a test CA (rcgen), htpasswd basic auth
-//! and storage in a temporary directory; killed by PID when dropped. Never its systemd unit.
+//! (or, with [`Registry::start_with_token`], the bearer-token flow through the harness's own
+//! token service) and storage in a temporary directory; killed by PID when dropped. Never its
+//! systemd unit.
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
@@ -11,6 +13,7 @@ use std::time::{Duration, Instant};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 
 use crate::process::{run_with_timeout, Guard};
+use crate::token::{TokenServer, ISSUER, SERVICE};
 
 pub const USER: &str = "nubo";
 pub const PASSWORD: &str = "live-test-password";
@@ -25,11 +28,24 @@ pub struct Registry {
     /// The registry's storage root.
     pub storage: PathBuf,
     pub dir: tempfile::TempDir,
+    /// The token service, when the registry uses bearer tokens.
+    pub token: Option<TokenServer>,
     guard: Guard,
 }
 
 impl Registry {
+    /// htpasswd (Basic) auth.
     pub fn start() -> Result<Registry, String> {
+        Self::start_auth(false)
+    }
+
+    /// Bearer tokens: the registry answers 401 with `WWW-Authenticate: Bearer realm=...` and
+    /// trusts tokens signed by the harness's token service, which checks [`USER`]/[`PASSWORD`].
+    pub fn start_with_token() -> Result<Registry, String> {
+        Self::start_auth(true)
+    }
+
+    fn start_auth(bearer: bool) -> Result<Registry, String> {
         let dir = tempfile::Builder::new()
             .prefix("nubo-registry-")
             .tempdir()
@@ -48,15 +64,32 @@ impl Registry {
             Duration::from_secs(30),
         )?;
         write(&d.join("htpasswd"), line.trim())?;
+        let token = if bearer {
+            let t = TokenServer::start(&cert_pem, &key_pem, USER, PASSWORD)?;
+            write(&d.join("token-signer.pem"), &t.signer_pem)?;
+            Some(t)
+        } else {
+            None
+        };
+        let auth = match &token {
+            Some(t) => format!(
+                "auth:\n  token:\n    realm: {}\n    service: {SERVICE}\n    issuer: {ISSUER}\n    rootcertbundle: {}\n",
+                t.realm,
+                d.join("token-signer.pem").display()
+            ),
+            None => format!(
+                "auth:\n  htpasswd:\n    realm: nubo-live\n    path: {}\n",
+                d.join("htpasswd").display()
+            ),
+        };
         let port = free_port()?;
         let host = format!("127.0.0.1:{port}");
         let storage = d.join("storage");
         let config = format!(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {cert}\n    key: {key}\nauth:\n  htpasswd:\n    realm: nubo-live\n    path: {htpasswd}\n",
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {storage}\n  delete:\n    enabled: true\nhttp:\n  addr: {host}\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}",
             storage = storage.display(),
             cert = d.join("cert.pem").display(),
             key = d.join("key.pem").display(),
-            htpasswd = d.join("htpasswd").display(),
         );
         write(&d.join("config.yml"), &config)?;
         let log = fs::File::create(d.join("registry.log")).map_err(|e| e.to_string())?;
@@ -87,6 +120,7 @@ impl Registry {
             cert_dir,
             storage,
             dir,
+            token,
             guard,
         })
     }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use nubo_image::digest::sha256_bytes;
 use nubo_live::cli::{json, nubo_in, run_in};
+use nubo_live::faults::{Cut, CuttingProxy};
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
 
@@ -29,6 +30,11 @@ fn main() -> std::process::ExitCode {
             push_pull_interop_and_refusals,
         ),
         LiveTest::new(
+            "oci_bearer_token_and_push_retry",
+            &["docker-registry", "bootstrap"],
+            bearer_token_and_push_retry,
+        ),
+        LiveTest::new(
             "oci_pulled_image_boots_to_cloud_init",
             &["docker-registry", "bootstrap", "qemu"],
             pulled_image_boots,
@@ -37,13 +43,18 @@ fn main() -> std::process::ExitCode {
 }
 
 fn login(root: &TestRoot, reg: &Registry) -> Result<(), String> {
+    login_at(root, reg, &reg.host)
+}
+
+/// Logs in to `host` (the registry, or a proxy in front of it) with the registry's CA.
+fn login_at(root: &TestRoot, reg: &Registry, host: &str) -> Result<(), String> {
     let ca = reg.ca.display().to_string();
     nubo_in(
         root,
         &[
             "registry",
             "login",
-            &reg.host,
+            host,
             "-u",
             USER,
             "--password-stdin",
@@ -282,12 +293,18 @@ fn push_pull_interop_and_refusals() -> TestResult {
     if !out.stdout.starts_with(&format!("{local} {}", img.digest)) {
         return Err(format!("pull printed `{}`, not `{local} {}`", out.stdout, img.digest));
     }
+    // The registry reference names the pulled image too (stored under the local name).
     let rec = json(
-        &nubo_in(&dst, &["image", "inspect", &local], None, QUICK)?
+        &nubo_in(&dst, &["image", "inspect", &target], None, QUICK)?
             .require()?
             .stdout,
-        "image inspect",
+        "image inspect REGISTRY/REPO:TAG",
     )?;
+    if text_at(&rec, "/reference") != local {
+        return Err(format!(
+            "image inspect {target} is not the image stored as {local}: {rec}"
+        ));
+    }
     let want = [
         ("/digest", img.digest.clone()),
         ("/source/kind", "oci".into()),
@@ -484,6 +501,68 @@ fn push_pull_interop_and_refusals() -> TestResult {
     out.refused(&["nothing was stored"])?;
     expect_empty_store(&fresh)?;
 
+    // A zstd disk layer whose annotations lie: decompressed to another sha256, or to more
+    // bytes than annotated (the bound a decompression bomb hits). Refused, nothing stored.
+    let zpushed = nubo_in(
+        &src,
+        &[
+            "image",
+            "push",
+            "small:1",
+            &format!("{host}/nubo/small:z"),
+            "--compress",
+            "--ca-cert",
+            &ca,
+        ],
+        None,
+        QUICK,
+    )?
+    .require()?;
+    let zdigest = zpushed.stdout.trim().rsplit('@').next().unwrap_or_default().to_owned();
+    let zbytes = client(&reg)?
+        .manifest("nubo/small", &zdigest, "nubo/small")
+        .map_err(|e| e.to_string())?
+        .ok_or("the compressed manifest is gone")?;
+    let zm: serde_json::Value = json(&String::from_utf8_lossy(&zbytes), "compressed manifest")?;
+    if !text_at(&zm, "/layers/0/mediaType").ends_with("+zstd") {
+        return Err(format!("push --compress did not push a +zstd disk layer: {zm}"));
+    }
+    let disk_size: u64 = text_at(&zm, "/annotations/io.nubo.image.disk.size")
+        .parse()
+        .unwrap_or(0);
+    let lies = [
+        (
+            "zdigest",
+            "io.nubo.image.disk.digest",
+            format!("sha256:{}", "5".repeat(64)),
+            "does not match its digest",
+        ),
+        (
+            "zsize",
+            "io.nubo.image.disk.size",
+            (disk_size / 2).to_string(),
+            "decompresses to more than",
+        ),
+    ];
+    for (tag, key, value, why) in lies {
+        let mut m = zm.clone();
+        m["annotations"][key] = serde_json::json!(value);
+        put_manifest(
+            &reg,
+            "nubo/small",
+            tag,
+            &serde_json::to_vec(&m).map_err(|e| e.to_string())?,
+        )?;
+        nubo_in(
+            &fresh,
+            &["image", "pull", &format!("{host}/nubo/small:{tag}"), "--ca-cert", &ca],
+            None,
+            QUICK,
+        )?
+        .refused(&[why, "nothing was stored"])?;
+        expect_empty_store(&fresh)?;
+    }
+
     // Logout forgets the credentials.
     nubo_in(&fresh, &["registry", "logout", &host], None, QUICK)?.require()?;
     nubo_in(&fresh, &["image", "pull", &pinned_ref, "--ca-cert", &ca], None, QUICK)?.refused(&["HTTP 401"])?;
@@ -493,6 +572,14 @@ fn push_pull_interop_and_refusals() -> TestResult {
 
 /// PUTs a hand-made manifest with nubo's client (as a hostile publisher would).
 fn put_manifest(reg: &Registry, repo: &str, tag: &str, bytes: &[u8]) -> TestResult {
+    client(reg)?
+        .put_manifest(repo, tag, bytes)
+        .map(drop)
+        .map_err(|e| format!("{e:#?}"))
+}
+
+/// nubo's own client with the registry's CA and the test credentials.
+fn client(reg: &Registry) -> Result<nubo_image::oci::Client, String> {
     let settings = nubo_image::oci::ClientSettings {
         tls: nubo_image::TlsSettings {
             ca_bundle: None,
@@ -505,10 +592,7 @@ fn put_manifest(reg: &Registry, repo: &str, tag: &str, bytes: &[u8]) -> TestResu
         }),
         retries: 0,
     };
-    let c = nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())?;
-    c.put_manifest(repo, tag, bytes)
-        .map(drop)
-        .map_err(|e| format!("{e:#?}"))
+    nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())
 }
 
 fn flip_byte(path: &Path, at: u64) -> Result<u8, String> {
@@ -555,6 +639,158 @@ fn expect_empty_store(root: &TestRoot) -> TestResult {
     }
 }
 
+/// The bearer-token flow against a registry configured with `auth: token:` (the harness's
+/// token service signs the JWTs), and a push whose upload is cut mid-chunk by a proxy in front
+/// of the registry: retried, and the registry ends up with the right blob.
+fn bearer_token_and_push_retry() -> TestResult {
+    let reg = Registry::start_with_token()?;
+    let tokens = reg.token.as_ref().ok_or("the registry has no token service")?;
+    let host = reg.host.clone();
+    let ca = reg.ca.display().to_string();
+    let src = TestRoot::new()?;
+    let img = src.with_debian_image()?;
+
+    // Without credentials: the registry's Bearer challenge, the token service's 401, the fix.
+    nubo_in(
+        &src,
+        &["image", "ls-remote", &format!("{host}/nubo/debian"), "--ca-cert", &ca],
+        None,
+        QUICK,
+    )?
+    .refused(&["HTTP 401", "nubo registry login"])?;
+    // A wrong password: refused at login, nothing stored.
+    nubo_in(
+        &src,
+        &[
+            "registry",
+            "login",
+            &host,
+            "-u",
+            USER,
+            "--password-stdin",
+            "--ca-cert",
+            &ca,
+        ],
+        Some("wrong\n"),
+        QUICK,
+    )?
+    .refused(&["401"])?;
+    if src.root().join("auth.json").exists() || tokens.refused.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        return Err("a refused token login wrote credentials, or never reached the token service".into());
+    }
+
+    // Push through a proxy that cuts the upload once, 100 MiB in (inside the second 64 MiB
+    // chunk of the disk).
+    let proxy = CuttingProxy::start(&host, 100 << 20, Cut::MidRequest)?;
+    login_at(&src, &reg, &proxy.host)?;
+    let target = format!("{}/nubo/debian:12", proxy.host);
+    let t = Instant::now();
+    let out = nubo_in(
+        &src,
+        &["image", "push", "debian:12", &target, "--ca-cert", &ca],
+        None,
+        TRANSFER,
+    )?
+    .require()?;
+    println!(
+        "timing push with one cut and a retry: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    if !proxy.did_cut() || !out.stderr.contains("retrying") {
+        return Err(format!(
+            "the proxy did not cut the push, or the push did not retry:\n{}",
+            out.stderr
+        ));
+    }
+    println!(
+        "retry: {}",
+        out.stderr.lines().find(|l| l.contains("retrying")).unwrap_or_default()
+    );
+    let digest = out.stdout.trim().rsplit('@').next().unwrap_or_default().to_owned();
+
+    // Cut between two chunks instead (the registry saw none of the next PATCH): the upload's
+    // status says how far it got and the push goes on from there, not from 0.
+    let between = CuttingProxy::start(&host, 100 << 20, Cut::BetweenRequests)?;
+    login_at(&src, &reg, &between.host)?;
+    let out = nubo_in(
+        &src,
+        &[
+            "image",
+            "push",
+            "debian:12",
+            &format!("{}/nubo/resumed:12", between.host),
+            "--ca-cert",
+            &ca,
+        ],
+        None,
+        TRANSFER,
+    )?
+    .require()?;
+    let resumed = out.stderr.lines().find(|l| l.contains("retrying")).unwrap_or_default();
+    println!("resume: {resumed}");
+    if !between.did_cut() || !resumed.contains("the registry kept") || resumed.contains("from byte 0 ") {
+        return Err(format!(
+            "a cut between chunks did not resume from the registry's offset:\n{}",
+            out.stderr
+        ));
+    }
+    if !out.stdout.trim().ends_with(&digest) {
+        return Err(format!("the resumed push gave {}, not {digest}", out.stdout.trim()));
+    }
+
+    // Straight to the registry with tokens: ls-remote, then a pull by digest into a fresh root
+    // (every blob verified: the retried upload is whole).
+    login(&src, &reg)?;
+    let tags = json(
+        &nubo_in(
+            &src,
+            &[
+                "image",
+                "ls-remote",
+                &format!("{host}/nubo/debian"),
+                "-o",
+                "json",
+                "--ca-cert",
+                &ca,
+            ],
+            None,
+            QUICK,
+        )?
+        .require()?
+        .stdout,
+        "ls-remote -o json",
+    )?;
+    if text_at(&tags, "/0/digest") != digest || text_at(&tags, "/0/kind") != "nubo-vm" {
+        return Err(format!("ls-remote does not list the pushed {digest}: {tags}"));
+    }
+    let dst = TestRoot::new()?;
+    login(&dst, &reg)?;
+    let out = nubo_in(
+        &dst,
+        &[
+            "image",
+            "pull",
+            &format!("{host}/nubo/debian@{digest}"),
+            "--ca-cert",
+            &ca,
+            "--name",
+            "tok:1",
+        ],
+        None,
+        TRANSFER,
+    )?
+    .require()?;
+    if !out.stdout.starts_with(&format!("tok:1 {}", img.digest)) {
+        return Err(format!("pull with a token printed `{}`", out.stdout));
+    }
+    println!(
+        "token service: {} tokens issued, {} requests refused",
+        tokens.issued.load(std::sync::atomic::Ordering::SeqCst),
+        tokens.refused.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    Ok(())
+}
+
 fn pulled_image_boots() -> TestResult {
     let reg = Registry::start()?;
     let ca = reg.ca.display().to_string();
@@ -562,25 +798,32 @@ fn pulled_image_boots() -> TestResult {
     src.with_debian_image()?;
     login(&src, &reg)?;
     let target = format!("{}/nubo/debian:12", reg.host);
-    nubo_in(
+    // Compressed: the VM below boots the disk decompressed from the zstd layer.
+    let pushed = nubo_in(
         &src,
-        &["image", "push", "debian:12", &target, "--ca-cert", &ca],
+        &["image", "push", "debian:12", &target, "--compress", "--ca-cert", &ca],
         None,
         TRANSFER,
     )?
     .require()?;
+    if !pushed.stderr.contains("compressed to") {
+        return Err(format!("push --compress did not compress:\n{}", pushed.stderr));
+    }
 
     // A fresh root with nothing but credentials: vm create pulls the image like a catalog ref.
     let dst = TestRoot::new()?;
     login(&dst, &reg)?;
     let name = "oci-boot";
     let mut cmd = dst.cmd()?;
-    cmd.env("SSL_CERT_FILE", &reg.ca).args([
+    // --ca-cert, as on image pull (no SSL_CERT_FILE).
+    cmd.env_remove("SSL_CERT_FILE").args([
         "vm",
         "create",
         name,
         "--image",
         &target,
+        "--ca-cert",
+        &ca,
         "--restrict-network",
         "--wait",
         "--boot-timeout",

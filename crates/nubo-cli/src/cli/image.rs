@@ -74,7 +74,7 @@ pub struct PullArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "The image goes up as an OCI artifact (artifactType application/vnd.nubo.vm.v1): the disk as one layer, the kernel and initrd as further layers when recorded, the metadata in annotations. Blobs the registry already has are not uploaded.\n\
+    after_help = "The image goes up as an OCI artifact (artifactType application/vnd.nubo.vm.v1): the disk as one layer (zstd-compressed with --compress), the kernel and initrd as further layers when recorded, the metadata in annotations. Blobs the registry already has are not uploaded.\n\
 Example:\n  nubo image push debian:12 registry.example:5000/team/debian:12"
 )]
 pub struct PushArgs {
@@ -83,6 +83,9 @@ pub struct PushArgs {
     /// Where to push it: `REGISTRY/REPO[:TAG]` (the tag defaults to the image's)
     #[arg(value_name = "REGISTRY/REPO[:TAG]")]
     pub target: String,
+    /// Upload the disk zstd-compressed (media type ...disk.qcow2.v1+zstd); pull decompresses it
+    #[arg(long)]
+    pub compress: bool,
     /// Also trust this PEM CA bundle (repeatable)
     #[arg(long = "ca-cert", value_name = "FILE")]
     pub ca_cert: Vec<PathBuf>,
@@ -114,11 +117,13 @@ pub struct LsArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
+    /// `name:tag`, or the registry reference the image was pulled from (`REGISTRY/REPO:TAG`)
     pub reference: String,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct RmArgs {
+    /// `name:tag`, or the registry reference the image was pulled from (`REGISTRY/REPO:TAG`)
     pub reference: String,
 }
 

@@ -131,6 +131,10 @@ pub struct CreateArgs {
     /// Allow a plain http:// --url-img (anyone on the path could swap the image)
     #[arg(long, requires = "url_img")]
     pub allow_http: bool,
+    /// Also trust this PEM CA bundle when pulling the image (a private registry or mirror;
+    /// repeatable), as `nubo image pull --ca-cert`
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
     /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
     #[arg(long)]
     pub disk: Option<PathBuf>,

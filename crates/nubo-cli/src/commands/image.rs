@@ -28,7 +28,7 @@ pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
         ImageCmd::Ls(a) => ls(a.output, settings),
         ImageCmd::Inspect(a) => {
             let store = open_store(settings)?;
-            print_json(&store.require(&parse_ref(&a.reference)?)?)
+            print_json(&store.require(&stored_ref(&a.reference)?)?)
         }
         ImageCmd::Rm(a) => rm(&a.reference, settings),
         ImageCmd::Import(a) => import(&a, settings),
@@ -44,6 +44,17 @@ fn open_store(settings: &Settings) -> anyhow::Result<ImageStore> {
 
 fn parse_ref(s: &str) -> anyhow::Result<ImageRef> {
     Ok(ImageRef::parse(s)?)
+}
+
+/// An image in the store named as the user knows it: `name:tag`, or the registry reference it
+/// was pulled from (`REGISTRY/REPO:TAG`, `...@sha256:<hex>`), which is stored under
+/// [`nubo_image::oci::local_name`] (the store's names hold no `/`). `vm create --image` finds a
+/// pulled image the same way.
+pub(crate) fn stored_ref(s: &str) -> anyhow::Result<ImageRef> {
+    match nubo_image::AnyRef::parse(s)? {
+        nubo_image::AnyRef::Oci(r) if r.registry.is_some() => Ok(nubo_image::oci::local_name(&r)?),
+        _ => parse_ref(s),
+    }
 }
 
 fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
@@ -104,7 +115,7 @@ fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
     };
     req.tls = TlsSettings {
         ca_bundle: settings.ssl_cert_file.clone(),
-        extra_ca: Vec::new(),
+        extra_ca: settings.extra_ca.clone(),
     };
     req
 }
@@ -205,7 +216,7 @@ fn ls(output: OutputFormat, settings: &Settings) -> anyhow::Result<()> {
 
 fn rm(reference: &str, settings: &Settings) -> anyhow::Result<()> {
     let store = open_store(settings)?;
-    let r = parse_ref(reference)?;
+    let r = stored_ref(reference)?;
     let rec = store.require(&r)?;
     let vms_dir = settings.roots.vms();
     let users = nubo_engine::usage::vms_using(&vms_dir, &rec)

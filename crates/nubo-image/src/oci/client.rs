@@ -3,9 +3,10 @@
 //! anonymous / Basic / Bearer-token auth flows. Plain http only to the one registry given
 //! `insecure`, never to a redirect or token service elsewhere.
 
-use std::io::Read;
-use std::path::Path;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use ureq::http::{Method, Request, Response};
 use ureq::{Body, SendBody};
@@ -20,6 +21,23 @@ use crate::http::{self, TlsSettings};
 /// Upload chunk: large blobs go up in PATCHes of this size (the distribution spec's chunked
 /// upload), so a proxy's body limit is never hit and progress is per chunk.
 pub const CHUNK: u64 = 64 << 20;
+
+/// Pause before a failed chunk is retried, doubled each attempt.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+
+/// A blob being uploaded: read in order, rewound to the registry's offset when a chunk is
+/// retried.
+pub trait ReadSeek: Read + Seek {}
+impl<T: Read + Seek> ReadSeek for T {}
+
+/// What an upload reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadEvent {
+    /// Bytes the registry accepted so far.
+    Sent(u64),
+    /// A chunk failed in transit; going on from `offset`, what the registry kept.
+    Retry { attempt: u32, offset: u64, error: String },
+}
 
 /// A registry's error body or token answer is small; more is not read.
 const SMALL: u64 = 64 << 10;
@@ -345,37 +363,76 @@ impl Client {
     /// in [`CHUNK`]s, PUT with the digest to close it (the registry checks the digest).
     /// `check` runs before the closing PUT and may refuse (the caller's own hash of what it
     /// sent).
+    ///
+    /// A chunk that fails in transit (connection cut, timeout, 5xx) is retried, at most
+    /// `retries` times per blob: the upload's status (`GET` on the session) says how much the
+    /// registry kept (`Range: 0-<last>`), and the upload goes on from there. A registry that
+    /// dropped the session instead (distribution discards one whose stored size no longer
+    /// matches its state) gets a new session from byte 0.
     pub fn upload_blob(
         &self,
         repository: &str,
         digest: &str,
         size: u64,
-        reader: &mut dyn Read,
-        progress: &mut dyn FnMut(u64),
+        reader: &mut dyn ReadSeek,
+        progress: &mut dyn FnMut(UploadEvent),
         check: &mut dyn FnMut() -> Result<(), OciError>,
     ) -> Result<(), OciError> {
         let what = format!("uploading blob {digest} to {repository}");
         let start = self.url(&format!("/v2/{repository}/blobs/uploads/"));
-        let resp = self.request(Method::POST, &start, &[], Payload::Empty, &what)?;
-        let mut location = self.location(&start, &resp, &what)?;
+        let open = || -> Result<String, OciError> {
+            let resp = self.request(Method::POST, &start, &[], Payload::Empty, &what)?;
+            self.location(&start, &resp, &what)
+        };
+        let mut location = open()?;
         let mut sent = 0u64;
+        let mut attempt = 0u32;
         while sent < size {
             let n = CHUNK.min(size - sent);
             let range = format!("{sent}-{}", sent + n - 1);
+            let seek = |r: &mut dyn ReadSeek, at: u64| {
+                r.seek(SeekFrom::Start(at)).map(drop).map_err(|source| OciError::Io {
+                    path: PathBuf::from(format!("the {what} source")),
+                    source,
+                })
+            };
+            seek(reader, sent)?;
             let mut chunk = (&mut *reader).take(n);
-            let resp = self.request(
-                Method::PATCH,
-                &location,
-                &[("Content-Type", "application/octet-stream"), ("Content-Range", &range)],
-                Payload::Stream(&mut chunk, n),
-                &what,
-            )?;
-            if resp.status().as_u16() != 202 {
-                return Err(self.status(resp, &what));
+            let sent_chunk = self
+                .request(
+                    Method::PATCH,
+                    &location,
+                    &[("Content-Type", "application/octet-stream"), ("Content-Range", &range)],
+                    Payload::Stream(&mut chunk, n),
+                    &what,
+                )
+                .and_then(|resp| match resp.status().as_u16() {
+                    202 => self.location(&location, &resp, &what),
+                    _ => Err(self.status(resp, &what)),
+                });
+            match sent_chunk {
+                Ok(next) => {
+                    location = next;
+                    sent += n;
+                    progress(UploadEvent::Sent(sent));
+                }
+                Err(e) if attempt < self.retries && transient(&e) => {
+                    attempt += 1;
+                    let (at, next, how) = match self.upload_status(&location, &what)? {
+                        Some((kept, next)) if kept <= size => (kept, next, "the registry kept the bytes before it"),
+                        _ => (0, open()?, "the registry dropped the upload session: a new one"),
+                    };
+                    progress(UploadEvent::Retry {
+                        attempt,
+                        offset: at,
+                        error: format!("chunk at byte {sent}: {}; {how}", chain(&e)),
+                    });
+                    std::thread::sleep(RETRY_PAUSE * 2u32.saturating_pow(attempt - 1));
+                    location = next;
+                    sent = at;
+                }
+                Err(e) => return Err(e),
             }
-            location = self.location(&location, &resp, &what)?;
-            sent += n;
-            progress(sent);
         }
         check()?;
         let sep = if location.contains('?') { '&' } else { '?' };
@@ -387,9 +444,31 @@ impl Client {
         Ok(())
     }
 
+    /// `GET` on an upload session: the bytes the registry holds and the session's next
+    /// location, or `None` when the registry no longer knows the session (404, 400).
+    fn upload_status(&self, location: &str, what: &str) -> Result<Option<(u64, String)>, OciError> {
+        let resp = self.request(Method::GET, location, &[], Payload::Empty, what);
+        let resp = match resp {
+            Ok(r) => r,
+            Err(OciError::Status { status: 400, .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if resp.status().as_u16() != 204 {
+            return Ok(None);
+        }
+        let kept = resp
+            .headers()
+            .get("range")
+            .and_then(|v| v.to_str().ok())
+            .and_then(upload_range)
+            .unwrap_or(0);
+        let next = self.location(location, &resp, what)?;
+        Ok(Some((kept, next)))
+    }
+
     /// Uploads a small blob in one request.
     pub fn upload_bytes(&self, repository: &str, digest: &str, bytes: &[u8]) -> Result<(), OciError> {
-        let mut r = bytes;
+        let mut r = std::io::Cursor::new(bytes);
         self.upload_blob(repository, digest, bytes.len() as u64, &mut r, &mut |_| {}, &mut || {
             Ok(())
         })
@@ -501,6 +580,43 @@ impl Client {
     }
 }
 
+/// Bytes a registry holds for an upload, from its `Range: 0-<last>` (distribution writes
+/// `0-0` for an empty upload too, read as 0: resuming one byte early is refused with 416 and
+/// retried, resuming one byte late would corrupt the blob).
+fn upload_range(v: &str) -> Option<u64> {
+    let last: u64 = v
+        .trim()
+        .strip_prefix("bytes=")
+        .unwrap_or(v.trim())
+        .strip_prefix("0-")?
+        .parse()
+        .ok()?;
+    Some(if last == 0 { 0 } else { last + 1 })
+}
+
+/// An error and its sources, one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// Failures a chunk's retry can cure: the connection broke or timed out, or the registry
+/// answered 5xx or 429.
+fn transient(e: &OciError) -> bool {
+    match e {
+        OciError::Transport { source, .. } => !crate::error::is_tls(source),
+        OciError::Unreachable { .. } => true,
+        OciError::Status { status, .. } => *status == 429 || *status >= 500,
+        _ => false,
+    }
+}
+
 /// The first `message` of a registry's `{"errors":[{"code","message"}]}` body.
 fn error_detail(resp: Response<Body>) -> Option<String> {
     let mut text = String::new();
@@ -550,6 +666,21 @@ mod tests {
     #[test]
     fn percent_encode_scope_escapes_colon_and_slash() {
         assert_eq!(percent_encode("repository:a/b:pull"), "repository%3Aa%2Fb%3Apull");
+    }
+
+    #[test]
+    fn upload_range_is_bytes_held() {
+        assert_eq!(upload_range("0-1048575"), Some(1 << 20));
+    }
+
+    #[test]
+    fn upload_range_empty_upload_is_zero() {
+        assert_eq!(upload_range("0-0"), Some(0));
+    }
+
+    #[test]
+    fn upload_range_garbage_is_none() {
+        assert_eq!(upload_range("5-9"), None);
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub enum OciError {
         expected: u64,
         got: u64,
     },
+    #[error("`{reference}`: the compressed disk layer is refused: {why}; nothing was stored")]
+    Decompress { reference: String, why: String },
     #[error("`{reference}`: transferring the {what} blob")]
     Transfer {
         reference: String,
@@ -117,6 +119,12 @@ pub enum OciError {
         what: &'static str,
         path: PathBuf,
         digest: String,
+    },
+    #[error("writing {}: nothing was stored (is the disk full?)", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
     },
     #[error("reading {}", path.display())]
     Io {
@@ -155,13 +163,14 @@ impl OciError {
             | OciError::ManifestMismatch { .. }
             | OciError::BlobMismatch { .. }
             | OciError::BlobSize { .. }
+            | OciError::Decompress { .. }
             | OciError::Inconsistent { .. }
             | OciError::StoreDamaged { .. } => ErrorKind::Integrity,
             OciError::Manifest { source, .. } => source.kind(),
             OciError::Disk { source, .. } => source.kind(),
             OciError::HasBacking { .. } | OciError::Format { .. } => ErrorKind::Unsupported,
             OciError::PushToDigest(_) | OciError::NoRegistry(_) | OciError::NoLocalName(_) => ErrorKind::InvalidInput,
-            OciError::Io { .. } => ErrorKind::Io,
+            OciError::Io { .. } | OciError::Write { .. } => ErrorKind::Io,
             OciError::AuthFile(e) => e.kind(),
             OciError::Store(e) => e.kind(),
         }

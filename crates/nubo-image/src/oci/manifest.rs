@@ -6,7 +6,9 @@
 //! mediaType     application/vnd.oci.image.manifest.v1+json
 //! artifactType  application/vnd.nubo.vm.v1
 //! config        application/vnd.oci.empty.v1+json  (the 2-byte `{}`)
-//! layers[0]     application/vnd.nubo.vm.disk.qcow2.v1  (or .raw.v1): the disk, as stored
+//! layers[0]     application/vnd.nubo.vm.disk.qcow2.v1  (or .raw.v1): the disk, as stored;
+//!               with `push --compress`, ...disk.qcow2.v1+zstd: the disk as one zstd frame, its
+//!               digest and size over the compressed bytes, the disk's own in the annotations
 //! layers[1..]   application/vnd.nubo.vm.kernel.v1, application/vnd.nubo.vm.initrd.v1 when recorded
 //! annotations   io.nubo.image.* (what `nubo image inspect` shows) + org.opencontainers.image.*
 //! ```
@@ -33,6 +35,9 @@ pub const EMPTY_DIGEST: &str = "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21
 pub const ARTIFACT_TYPE: &str = "application/vnd.nubo.vm.v1";
 pub const DISK_QCOW2: &str = "application/vnd.nubo.vm.disk.qcow2.v1";
 pub const DISK_RAW: &str = "application/vnd.nubo.vm.disk.raw.v1";
+/// The same disks zstd-compressed (`nubo image push --compress`): OCI's `+zstd` suffix.
+pub const DISK_QCOW2_ZSTD: &str = "application/vnd.nubo.vm.disk.qcow2.v1+zstd";
+pub const DISK_RAW_ZSTD: &str = "application/vnd.nubo.vm.disk.raw.v1+zstd";
 pub const KERNEL: &str = "application/vnd.nubo.vm.kernel.v1";
 pub const INITRD: &str = "application/vnd.nubo.vm.initrd.v1";
 
@@ -54,6 +59,9 @@ pub mod key {
     pub const FORMAT: &str = "io.nubo.image.disk.format";
     pub const DISK_DIGEST: &str = "io.nubo.image.disk.digest";
     pub const VIRTUAL_SIZE: &str = "io.nubo.image.disk.virtual-size";
+    /// The disk file's size once decompressed: set (and required) for a compressed disk layer,
+    /// it bounds the decompression.
+    pub const DISK_SIZE: &str = "io.nubo.image.disk.size";
     pub const VCPUS: &str = "io.nubo.image.default.vcpus";
     pub const MEMORY_MIB: &str = "io.nubo.image.default.memory-mib";
     pub const USER: &str = "io.nubo.image.default.user";
@@ -190,7 +198,15 @@ pub fn render(record: &ImageRecord, blobs: &Blobs) -> Manifest {
         }
     }
 
-    let disk_name = format!("disk.{}", record.format);
+    let compressed = is_compressed(&blobs.disk.media_type);
+    if compressed {
+        put(key::DISK_SIZE, record.size.to_string());
+    }
+    let disk_name = if compressed {
+        format!("disk.{}.zst", record.format)
+    } else {
+        format!("disk.{}", record.format)
+    };
     let mut layers = vec![blobs.disk.clone().titled(&disk_name)];
     if let Some(k) = &blobs.kernel {
         layers.push(k.clone().titled("vmlinuz"));
@@ -208,13 +224,20 @@ pub fn render(record: &ImageRecord, blobs: &Blobs) -> Manifest {
     }
 }
 
-/// The disk layer's media type for a store format.
-pub fn disk_media_type(format: &str) -> Option<&'static str> {
-    match format {
-        "qcow2" => Some(DISK_QCOW2),
-        "raw" => Some(DISK_RAW),
+/// The disk layer's media type for a store format, zstd-compressed or not.
+pub fn disk_media_type(format: &str, compressed: bool) -> Option<&'static str> {
+    match (format, compressed) {
+        ("qcow2", false) => Some(DISK_QCOW2),
+        ("raw", false) => Some(DISK_RAW),
+        ("qcow2", true) => Some(DISK_QCOW2_ZSTD),
+        ("raw", true) => Some(DISK_RAW_ZSTD),
         _ => None,
     }
+}
+
+/// Whether a disk layer's media type says zstd.
+pub fn is_compressed(media_type: &str) -> bool {
+    media_type.ends_with("+zstd")
 }
 
 fn kind_name(k: SourceKind) -> &'static str {
@@ -266,6 +289,24 @@ pub struct VmArtifact {
     pub blobs: Blobs,
     pub format: String,
     pub meta: Meta,
+    /// The disk as stored: its sha256 (the store's name for it) and, for a compressed layer,
+    /// the size decompression must reach and may not pass. The layer's own digest and size
+    /// (`blobs.disk`) are the compressed bytes'.
+    pub disk: StoredDisk,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDisk {
+    pub digest: String,
+    /// `Some` exactly when the layer is zstd-compressed.
+    pub compressed_to: Option<u64>,
+}
+
+impl VmArtifact {
+    /// The disk file's size once stored.
+    pub fn disk_size(&self) -> u64 {
+        self.disk.compressed_to.unwrap_or(self.blobs.disk.size)
+    }
 }
 
 /// What the annotations carry for the record.
@@ -330,12 +371,12 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
     for l in &m.layers {
         check_descriptor(l).map_err(malformed)?;
         let slot = match l.media_type.as_str() {
-            DISK_QCOW2 | DISK_RAW => &mut disk,
+            DISK_QCOW2 | DISK_RAW | DISK_QCOW2_ZSTD | DISK_RAW_ZSTD => &mut disk,
             KERNEL => &mut kernel,
             INITRD => &mut initrd,
             other => {
                 return Err(malformed(format!(
-                    "layer of unknown media type `{}` (this nubo reads {DISK_QCOW2}, {DISK_RAW}, {KERNEL}, {INITRD}; a newer nubo may have pushed it)",
+                    "layer of unknown media type `{}` (this nubo reads {DISK_QCOW2}, {DISK_RAW}, their +zstd forms, {KERNEL}, {INITRD}; a newer nubo may have pushed it)",
                     shown(other)
                 )))
             }
@@ -354,10 +395,54 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
     if initrd.is_some() && kernel.is_none() {
         return Err(malformed("an initrd layer without a kernel layer".into()));
     }
-    let format = if disk.media_type == DISK_QCOW2 { "qcow2" } else { "raw" }.to_owned();
+    let compressed = is_compressed(&disk.media_type);
+    let format = if disk.media_type.starts_with(DISK_QCOW2) {
+        "qcow2"
+    } else {
+        "raw"
+    }
+    .to_owned();
     let meta = meta(&m.annotations).map_err(malformed)?;
+    let stored = if compressed {
+        let digest = m
+            .annotations
+            .get(key::DISK_DIGEST)
+            .ok_or_else(|| malformed(format!("a compressed disk layer without {}", key::DISK_DIGEST)))?;
+        crate::store::digest_hex(digest).map_err(|_| {
+            malformed(format!(
+                "annotation {} is `{}`, not sha256:<64 lowercase hex digits>",
+                key::DISK_DIGEST,
+                shown(digest)
+            ))
+        })?;
+        let size = m
+            .annotations
+            .get(key::DISK_SIZE)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| malformed(format!("a compressed disk layer without a numeric {}", key::DISK_SIZE)))?;
+        // A disk file is its virtual size plus metadata (qcow2's tables are ~1/8000 of it): an
+        // annotation far beyond would let decompression fill the host's disk.
+        if let Some(v) = meta.virtual_size {
+            let most = v.saturating_add(v / 16).saturating_add(64 << 20);
+            if size > most {
+                return Err(malformed(format!(
+                    "annotation {} says {size} bytes, more than a disk of virtual size {v} can be ({most})",
+                    key::DISK_SIZE
+                )));
+            }
+        }
+        StoredDisk {
+            digest: digest.clone(),
+            compressed_to: Some(size),
+        }
+    } else {
+        StoredDisk {
+            digest: disk.digest.clone(),
+            compressed_to: None,
+        }
+    };
     if let Some(d) = m.annotations.get(key::DISK_DIGEST) {
-        if *d != disk.digest {
+        if *d != stored.digest {
             return Err(malformed(format!(
                 "annotation {} says {} but the disk layer is {}",
                 key::DISK_DIGEST,
@@ -383,6 +468,7 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
         blobs: Blobs { disk, kernel, initrd },
         format,
         meta,
+        disk: stored,
     })
 }
 

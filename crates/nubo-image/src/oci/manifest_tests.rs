@@ -204,3 +204,68 @@ proptest::proptest! {
         let _ = classify(&bytes);
     }
 }
+
+const ZST: &str = "sha256:3333333333333333333333333333333333333333333333333333333333333333";
+
+fn compressed_blobs() -> Blobs {
+    Blobs {
+        disk: Descriptor::new(DISK_QCOW2_ZSTD, ZST, 200_000_000),
+        ..blobs()
+    }
+}
+
+#[test]
+fn classify_compressed_disk_stores_under_annotated_digest() {
+    let bytes = render(&record(), &compressed_blobs()).to_bytes();
+
+    let art = classify(&bytes).unwrap();
+
+    assert_eq!(art.blobs.disk.digest, ZST);
+    assert_eq!(art.format, "qcow2");
+    assert_eq!(
+        art.disk,
+        StoredDisk {
+            digest: DISK.into(),
+            compressed_to: Some(500367360),
+        }
+    );
+    assert_eq!(art.disk_size(), 500367360);
+}
+
+#[test]
+fn classify_uncompressed_disk_stores_under_layer_digest() {
+    let art = classify(&render(&record(), &blobs()).to_bytes()).unwrap();
+
+    assert_eq!(art.disk.compressed_to, None);
+    assert_eq!(art.disk.digest, DISK);
+}
+
+#[test]
+fn classify_compressed_disk_without_size_refused() {
+    let mut m = render(&record(), &compressed_blobs());
+    m.annotations.remove(key::DISK_SIZE);
+
+    let r = classify(&m.to_bytes());
+
+    assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains(key::DISK_SIZE)));
+}
+
+#[test]
+fn classify_compressed_disk_without_digest_refused() {
+    let mut m = render(&record(), &compressed_blobs());
+    m.annotations.remove(key::DISK_DIGEST);
+
+    let r = classify(&m.to_bytes());
+
+    assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains(key::DISK_DIGEST)));
+}
+
+#[test]
+fn classify_compressed_disk_size_beyond_virtual_refused() {
+    let mut m = render(&record(), &compressed_blobs());
+    m.annotations.insert(key::DISK_SIZE.into(), (1u64 << 40).to_string());
+
+    let r = classify(&m.to_bytes());
+
+    assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains("more than a disk of virtual size")));
+}

@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod client;
+pub mod compress;
 pub mod error;
 pub mod manifest;
 pub mod pull;

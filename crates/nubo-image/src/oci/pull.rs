@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::client::{Client, ClientSettings};
+use super::compress::{decompress, DecompressError};
 use super::error::OciError;
 use super::manifest::{classify, Descriptor, VmArtifact};
 use crate::digest::StreamHasher;
@@ -116,10 +117,10 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
     };
     let overwrite = Overwrite::from_force(req.force);
     // Refuse a tag move before downloading anything.
-    store.check_tag(&local, &art.blobs.disk.digest, overwrite)?;
+    store.check_tag(&local, &art.disk.digest, overwrite)?;
 
     let tmp = store.tmp_dir();
-    let hex = digest_hex(&art.blobs.disk.digest)?;
+    let hex = digest_hex(&art.disk.digest)?;
     let key = format!("oci-{}", &hex[..24]);
     let lock_path = tmp.join(format!("{key}.lock"));
     let _lock = TargetLock::acquire(&lock_path, &mut || {
@@ -134,15 +135,25 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
         }))
     })?;
 
-    let blob = store.blob_path(&art.blobs.disk.digest, &art.format)?;
+    let blob = store.blob_path(&art.disk.digest, &art.format)?;
     let boot_dir = store.dir().join("boot").join(hex);
     let mut parts: Vec<PathBuf> = Vec::new();
     let result = (|| {
         let disk_part = if blob.is_file() {
             progress(PullEvent::AlreadyPresent {
-                digest: art.blobs.disk.digest.clone(),
+                digest: art.disk.digest.clone(),
             });
             None
+        } else if let Some(limit) = art.disk.compressed_to {
+            // The layer (resumable, verified as sent), then the disk decompressed from it.
+            let zpart = tmp.join(format!("{key}.zst.part"));
+            parts.push(zpart.clone());
+            get_blob(&client, repository, &art.blobs.disk, "disk", &zpart, &shown, progress)?;
+            let part = tmp.join(format!("{key}.part"));
+            parts.push(part.clone());
+            unpack(&zpart, &part, limit, &art.disk.digest, &shown, progress)?;
+            let _ = fs::remove_file(&zpart);
+            Some(part)
         } else {
             let part = tmp.join(format!("{key}.part"));
             parts.push(part.clone());
@@ -170,12 +181,12 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
         let disk_path = disk_part.as_deref().unwrap_or(&blob);
         let virtual_size = check_disk(disk_path, &art, &shown)?;
         progress(PullEvent::Verified {
-            checksum: art.blobs.disk.digest.clone(),
+            checksum: art.disk.digest.clone(),
         });
 
         let boot = match boot_parts {
             Some((k, i)) => {
-                let (k, i) = store.add_boot_files(&art.blobs.disk.digest, &k, i.as_deref())?;
+                let (k, i) = store.add_boot_files(&art.disk.digest, &k, i.as_deref())?;
                 art.meta.boot(k, i)
             }
             None if art.blobs.kernel.is_some() => art.meta.boot(
@@ -266,6 +277,69 @@ fn get_blob(
     Ok(())
 }
 
+/// Decompresses the verified layer `zpart` into `part`, at most `limit` bytes, and checks the
+/// result against the disk digest the manifest annotates; on any failure `part` is deleted.
+fn unpack(
+    zpart: &Path,
+    part: &Path,
+    limit: u64,
+    digest: &str,
+    reference: &str,
+    progress: &mut dyn FnMut(PullEvent),
+) -> Result<(), OciError> {
+    progress(PullEvent::Note(format!("decompressing the disk ({limit} bytes)")));
+    progress(PullEvent::Transfer(DownloadEvent::Start {
+        offset: 0,
+        total: Some(limit),
+    }));
+    let r = decompress(zpart, part, limit, &mut |done| {
+        progress(PullEvent::Transfer(DownloadEvent::Progress {
+            done,
+            total: Some(limit),
+        }))
+    });
+    let fail = |e: OciError| {
+        let _ = fs::remove_file(part);
+        e
+    };
+    let (actual, size) = match r {
+        Ok(x) => x,
+        Err(DecompressError::TooBig { limit }) => {
+            return Err(fail(OciError::Decompress {
+                reference: reference.to_owned(),
+                why: format!("it decompresses to more than the {limit} bytes the manifest annotates (a decompression bomb, or a wrong annotation)"),
+            }))
+        }
+        Err(DecompressError::Corrupt(e)) => {
+            return Err(fail(OciError::Decompress {
+                reference: reference.to_owned(),
+                why: format!("it is not a valid zstd stream ({e})"),
+            }))
+        }
+        Err(DecompressError::Write(source)) => {
+            return Err(fail(OciError::Write {
+                path: part.to_path_buf(),
+                source,
+            }))
+        }
+    };
+    if size != limit {
+        return Err(fail(OciError::Decompress {
+            reference: reference.to_owned(),
+            why: format!("it decompresses to {size} bytes where the manifest annotates {limit}"),
+        }));
+    }
+    if actual != digest {
+        return Err(fail(OciError::BlobMismatch {
+            reference: reference.to_owned(),
+            what: "decompressed disk",
+            digest: digest.to_owned(),
+            actual,
+        }));
+    }
+    Ok(())
+}
+
 /// The strict inspector on the disk (a registry is untrusted): its format must be the one the
 /// layer's media type says, self-contained, and its virtual size the annotated one.
 fn check_disk(path: &Path, art: &VmArtifact, reference: &str) -> Result<u64, OciError> {
@@ -306,10 +380,10 @@ fn record(
     let m = &art.meta;
     ImageRecord {
         reference: local.to_string(),
-        digest: art.blobs.disk.digest.clone(),
+        digest: art.disk.digest.clone(),
         path: PathBuf::new(),
         format: art.format.clone(),
-        size: art.blobs.disk.size,
+        size: art.disk_size(),
         virtual_size,
         cloud_init: m.cloud_init,
         os: m.os.clone(),
@@ -324,7 +398,7 @@ fn record(
         source: ImageSource {
             kind: SourceKind::Oci,
             url: Some(r.to_string()),
-            checksum: Some(art.blobs.disk.digest.clone()),
+            checksum: Some(art.disk.digest.clone()),
             serial: None,
             recipe: None,
             source_date_epoch: None,

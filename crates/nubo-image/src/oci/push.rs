@@ -4,13 +4,15 @@
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use super::client::{Client, ClientSettings};
+use super::client::{Client, ClientSettings, UploadEvent};
+use super::compress::compress;
 use super::error::OciError;
 use super::manifest::{self, Blobs, Descriptor, EMPTY_BYTES, EMPTY_DIGEST, INITRD, KERNEL};
 use crate::digest::{hash_file, StreamHasher};
+use crate::download::DownloadEvent;
 use crate::pull::PullEvent;
 use crate::record::ImageRecord;
 use crate::reference::{ImageRef, OciRef};
@@ -22,6 +24,9 @@ pub struct PushRequest {
     pub image: ImageRef,
     pub target: OciRef,
     pub client: ClientSettings,
+    /// Push the disk zstd-compressed (its own media type; the disk's digest and size in the
+    /// annotations).
+    pub compress: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,16 +53,27 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     let repository = t.repository.as_str();
     let tag = t.tag.clone().unwrap_or_else(|| req.image.tag.clone());
     let record = store.require(&req.image)?;
-    let media_type = manifest::disk_media_type(&record.format).ok_or_else(|| OciError::Format {
+    let media_type = manifest::disk_media_type(&record.format, req.compress).ok_or_else(|| OciError::Format {
         reference: record.reference.clone(),
         format: record.format.clone(),
     })?;
-    let disk_size = std::fs::metadata(&record.path)
+    let mut record = record;
+    record.size = std::fs::metadata(&record.path)
         .map_err(|source| OciError::Io {
             path: record.path.clone(),
             source,
         })?
         .len();
+    // The layer to upload: the stored disk itself, or its zstd form in tmp/ (deleted on return).
+    let packed = if req.compress {
+        Some(pack(store, &record, progress)?)
+    } else {
+        None
+    };
+    let (disk_file, disk_digest, disk_size) = match &packed {
+        Some(p) => (p.path.clone(), p.digest.clone(), p.size),
+        None => (record.path.clone(), record.digest.clone(), record.size),
+    };
     let boot_blob = |path: &Path, media: &str| -> Result<Descriptor, OciError> {
         let io = |source| OciError::Io {
             path: path.to_path_buf(),
@@ -73,7 +89,7 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
         None => None,
     };
     let blobs = Blobs {
-        disk: Descriptor::new(media_type, &record.digest, disk_size),
+        disk: Descriptor::new(media_type, &disk_digest, disk_size),
         kernel,
         initrd,
     };
@@ -86,7 +102,7 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     let client = Client::new(registry, &req.client)?;
     let mut uploaded = 0;
     let mut skipped = 0;
-    let mut files = vec![("disk", record.path.clone(), blobs.disk.clone())];
+    let mut files = vec![("disk", disk_file, blobs.disk.clone())];
     if let (Some(b), Some(k)) = (&record.boot, &blobs.kernel) {
         files.push(("kernel", b.kernel.clone(), k.clone()));
         if let (Some(p), Some(i)) = (&b.initrd, &blobs.initrd) {
@@ -132,6 +148,49 @@ pub fn push(store: &ImageStore, req: &PushRequest, progress: &mut dyn FnMut(Pull
     })
 }
 
+/// A compressed copy of the disk in the store's `tmp/`, removed when dropped.
+struct Packed {
+    path: std::path::PathBuf,
+    digest: String,
+    size: u64,
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn pack(store: &ImageStore, record: &ImageRecord, progress: &mut dyn FnMut(PullEvent)) -> Result<Packed, OciError> {
+    let hex = crate::store::digest_hex(&record.digest)?;
+    let path = store
+        .tmp_dir()
+        .join(format!("push-{}-{}.zst.part", &hex[..16], std::process::id()));
+    progress(PullEvent::Note(format!(
+        "compressing the disk ({} bytes) with zstd",
+        record.size
+    )));
+    let t = std::time::Instant::now();
+    // Removed on every exit from here on, failure included.
+    let mut packed = Packed {
+        path,
+        digest: String::new(),
+        size: 0,
+    };
+    let (digest, size) = compress(&record.path, &packed.path).map_err(|source| OciError::Write {
+        path: packed.path.clone(),
+        source,
+    })?;
+    progress(PullEvent::Note(format!(
+        "compressed to {size} bytes ({:.0}%) in {:.1}s",
+        size as f64 * 100.0 / record.size.max(1) as f64,
+        t.elapsed().as_secs_f64()
+    )));
+    packed.digest = digest;
+    packed.size = size;
+    Ok(packed)
+}
+
 /// Streams `path` up, hashing what is sent; the upload is closed only if that hash is the
 /// descriptor's (a damaged store never reaches the registry under a good digest).
 fn upload_file(
@@ -151,21 +210,26 @@ fn upload_file(
     let mut reader = Hashing {
         inner: io::BufReader::with_capacity(1 << 20, file),
         hasher: &hasher,
+        pos: 0,
+        hashed: 0,
     };
-    progress(PullEvent::Upload {
+    progress(PullEvent::Transfer(DownloadEvent::Start {
         offset: 0,
         total: Some(d.size),
-    });
+    }));
     client.upload_blob(
         repository,
         &d.digest,
         d.size,
         &mut reader,
-        &mut |done| {
-            progress(PullEvent::Progress {
-                done,
-                total: Some(d.size),
-            })
+        &mut |e| {
+            progress(PullEvent::Transfer(match e {
+                UploadEvent::Sent(done) => DownloadEvent::Progress {
+                    done,
+                    total: Some(d.size),
+                },
+                UploadEvent::Retry { attempt, offset, error } => DownloadEvent::Retry { attempt, offset, error },
+            }))
         },
         &mut || {
             let got = hasher.replace(StreamHasher::new(None)).finish().sha256.to_string();
@@ -183,15 +247,78 @@ fn upload_file(
     )
 }
 
+/// Hashes each byte of the file once as it is read, in order; bytes read again after a
+/// retry rewound it are not hashed twice.
 struct Hashing<'a, R> {
     inner: R,
     hasher: &'a RefCell<StreamHasher>,
+    /// Where the next read starts.
+    pos: u64,
+    /// Bytes `[0, hashed)` are in the hash.
+    hashed: u64,
 }
 
 impl<R: Read> Read for Hashing<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.borrow_mut().update(&buf[..n]);
+        let end = self.pos + n as u64;
+        if end > self.hashed {
+            // A rewind never goes past what was hashed, so pos <= hashed here.
+            let from = (self.hashed.saturating_sub(self.pos)) as usize;
+            self.hasher.borrow_mut().update(&buf[from..n]);
+            self.hashed = end;
+        }
+        self.pos = end;
         Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for Hashing<'_, R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let at = self.inner.seek(to)?;
+        if at > self.hashed {
+            return Err(io::Error::other("an upload may not skip bytes it has not sent"));
+        }
+        self.pos = at;
+        Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashing_rewound_reader_hashes_each_byte_once() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 256) as u8).collect();
+        let hasher = RefCell::new(StreamHasher::new(None));
+        let mut r = Hashing {
+            inner: io::Cursor::new(data.clone()),
+            hasher: &hasher,
+            pos: 0,
+            hashed: 0,
+        };
+
+        let mut sink = vec![0u8; 6000];
+        r.read_exact(&mut sink).unwrap();
+        r.seek(SeekFrom::Start(2500)).unwrap();
+        io::copy(&mut r, &mut io::sink()).unwrap();
+
+        let mut want = StreamHasher::new(None);
+        want.update(&data);
+        assert_eq!(hasher.into_inner().finish().sha256, want.finish().sha256);
+    }
+
+    #[test]
+    fn hashing_seek_past_hashed_refused() {
+        let hasher = RefCell::new(StreamHasher::new(None));
+        let mut r = Hashing {
+            inner: io::Cursor::new(vec![0u8; 100]),
+            hasher: &hasher,
+            pos: 0,
+            hashed: 0,
+        };
+
+        assert!(r.seek(SeekFrom::Start(50)).is_err());
     }
 }

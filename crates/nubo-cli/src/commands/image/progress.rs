@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use nubo_image::PullEvent;
+use nubo_image::{DownloadEvent, PullEvent};
 
 /// Plain mode prints at most one progress line per this interval, so logs stay readable.
 const PLAIN_EVERY: Duration = Duration::from_secs(5);
@@ -53,13 +53,15 @@ impl Reporter {
                 lock.display()
             )),
             PullEvent::AlreadyPresent { digest } => self.say(&format!("already in the store as {digest}")),
-            PullEvent::Download { offset, total } | PullEvent::Upload { offset, total } => self.start(offset, total),
+            PullEvent::Transfer(DownloadEvent::Start { offset, total }) => self.start(offset, total),
             PullEvent::Note(line) => self.say(&line),
-            PullEvent::Progress { done, total } => self.progress(done, total),
-            PullEvent::Retry { attempt, offset, error } => self.say(&format!(
-                "transfer failed at byte {offset} ({error}); retrying (attempt {attempt})"
+            PullEvent::Transfer(DownloadEvent::Progress { done, total }) => self.progress(done, total),
+            PullEvent::Transfer(DownloadEvent::Retry { attempt, offset, error }) => self.say(&format!(
+                "transfer failed ({error}); retrying from byte {offset} (attempt {attempt})"
             )),
-            PullEvent::Restart { reason } => self.say(&format!("{reason}; downloading from the start")),
+            PullEvent::Transfer(DownloadEvent::Restart { reason }) => {
+                self.say(&format!("{reason}; downloading from the start"))
+            }
             PullEvent::Verified { checksum } => {
                 if let Some(b) = self.bar.take() {
                     b.finish_and_clear();

@@ -6,7 +6,7 @@ use nubo_image::{Added, ImageRecord, ImageStore, OciRef, PullEvent};
 use serde::Serialize;
 
 use super::progress::Reporter;
-use super::{human, open_store, parse_ref, report_change};
+use super::{human, open_store, parse_ref, report_change, stored_ref};
 use crate::cli::image::{LsRemoteArgs, PullArgs, PushArgs};
 use crate::commands::registry::client_settings;
 use crate::output::{print_json, print_table, Format as OutputFormat};
@@ -59,8 +59,8 @@ fn run(req: &OciPullRequest, settings: &Settings) -> anyhow::Result<Added> {
 }
 
 /// For the engine (`vm create --image REGISTRY/REPO:TAG`): the image already pulled from that
-/// reference, or a pull of it (trusting the system CAs or SSL_CERT_FILE, with stored
-/// credentials).
+/// reference, or a pull of it (trusting the system CAs or SSL_CERT_FILE, plus `vm create
+/// --ca-cert`, with stored credentials).
 pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageRecord> {
     let store: ImageStore = open_store(settings)?;
     if let Some(rec) = oci::stored(&store, r)? {
@@ -70,7 +70,7 @@ pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageR
         reference: r.clone(),
         name: None,
         force: false,
-        client: client_settings(registry_of(r), &[], false, settings)?,
+        client: client_settings(registry_of(r), &settings.extra_ca, false, settings)?,
     };
     Ok(run(&req, settings)?.record)
 }
@@ -78,9 +78,10 @@ pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageR
 pub fn push(a: &PushArgs, settings: &Settings) -> anyhow::Result<()> {
     let target = oci_ref(&a.target)?;
     let req = PushRequest {
-        image: parse_ref(&a.image)?,
+        image: stored_ref(&a.image)?,
         target: target.clone(),
         client: client_settings(registry_of(&target), &a.ca_cert, a.insecure_registry, settings)?,
+        compress: a.compress,
     };
     let store = open_store(settings)?;
     let mut reporter = Reporter::new(settings.stderr_tty);

@@ -17,9 +17,17 @@ use crate::cli::vm::VmCmd;
 use crate::settings::Settings;
 
 pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
+    if let VmCmd::Create(a) = &cmd {
+        // Its --ca-cert reaches the pulls the engine asks for.
+        let settings = Settings {
+            extra_ca: a.ca_cert.clone(),
+            ..settings.clone()
+        };
+        return create::run(a, &engine(&settings));
+    }
     let engine = engine(settings);
     match cmd {
-        VmCmd::Create(a) => create::run(&a, &engine),
+        VmCmd::Create(_) => unreachable!("handled above"),
         VmCmd::Ls(a) => ls::run(&a, &engine),
         VmCmd::Start(a) => lifecycle::start(&a.name, &engine),
         VmCmd::Stop(a) => lifecycle::stop(&a, &engine),
