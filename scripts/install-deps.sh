@@ -30,3 +30,12 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # OCI registry tests and benchmark: a real registry (started by the tests themselves on 127.0.0.1,
 # never its systemd unit), htpasswd for its basic auth, and skopeo as the peer client.
 $SUDO apt-get install -y -qq --no-install-recommends docker-registry apache2-utils skopeo
+# libvirt backend and its live tests: libvirtd, its QEMU/network/storage drivers, virsh (tests
+# observe libvirt with it; nubo itself loads libvirt.so.0 at run time and never runs virsh) and
+# dnsmasq for an isolated network's DHCP; from backports to match its QEMU 10. Never
+# libvirt-daemon-system: it autostarts a NAT network. The tests start libvirtd themselves.
+$SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" \
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network \
+  libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
+# The libvirt benchmark's peer (virt-install --import).
+$SUDO apt-get install -y -qq --no-install-recommends virtinst

@@ -31,6 +31,10 @@ pub struct FakeBackend {
     pub calls: Arc<Mutex<Vec<String>>>,
     /// Each VM's snapshot table (by UUID), as an overlay's would be.
     pub snapshots: Arc<Mutex<HashMap<String, Vec<BackendSnapshot>>>>,
+    /// When set, the backend assigns VMs this UUID in `define` (as libvirt does) and keeps
+    /// the seed itself (`store_seed`), recording its bytes here.
+    pub assigns_uuid: Option<&'static str>,
+    pub stored_seed: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl FakeBackend {
@@ -49,7 +53,15 @@ impl FakeBackend {
             vms: Arc::new(Mutex::new(HashMap::new())),
             calls: Arc::new(Mutex::new(Vec::new())),
             snapshots: Arc::new(Mutex::new(HashMap::new())),
+            assigns_uuid: None,
+            stored_seed: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// A backend that assigns `uuid` and stores the seed itself (libvirt's flow).
+    pub fn assigning(mut self, uuid: &'static str) -> FakeBackend {
+        self.assigns_uuid = Some(uuid);
+        self
     }
 
     /// The VM's snapshot table.
@@ -118,6 +130,35 @@ impl FakeBackend {
 }
 
 impl Backend for FakeBackend {
+    fn define(&self, spec: &MachineSpec) -> Result<Option<crate::Defined>, BackendError> {
+        let Some(uuid) = self.assigns_uuid else {
+            return Ok(None);
+        };
+        self.note("define", &spec.name);
+        Ok(Some(crate::Defined {
+            uuid: uuid.to_owned(),
+            state: serde_json::json!({ "defined": true }),
+        }))
+    }
+
+    fn store_seed(
+        &self,
+        spec: &MachineSpec,
+        _state: &serde_json::Value,
+        bytes: &[u8],
+        format: crate::SeedFormat,
+    ) -> Result<Option<crate::SeedDevice>, BackendError> {
+        if self.assigns_uuid.is_none() {
+            return Ok(None);
+        }
+        self.note("store_seed", &spec.name);
+        *self.stored_seed.lock().expect("not poisoned") = Some(bytes.to_vec());
+        Ok(Some(crate::SeedDevice {
+            path: format!("/pool/{}-cidata.iso", spec.name).into(),
+            format,
+        }))
+    }
+
     fn id(&self) -> &'static str {
         self.id
     }

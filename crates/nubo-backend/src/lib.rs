@@ -13,6 +13,7 @@
 pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod libvirt;
 pub mod process;
 pub mod qemu;
 pub mod registry;
@@ -29,11 +30,18 @@ use serde::{Deserialize, Serialize};
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
 pub use spec::{Boot, Disk, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
 
-/// Every built-in backend. libvirt and cloud-hypervisor join here when they land.
+/// Every built-in backend, with libvirt on its default URI.
 pub fn builtin_registry() -> Registry {
+    builtin_registry_with(None)
+}
+
+/// Every built-in backend; `libvirt_uri` (`NUBO_LIBVIRT_URI`, read by the binary) replaces
+/// libvirt's default URI (`qemu:///system` for root, `qemu:///session` otherwise).
+pub fn builtin_registry_with(libvirt_uri: Option<String>) -> Registry {
     Registry::new(vec![
         Box::new(qemu::QemuBackend::default()),
         Box::new(cloud_hypervisor::CloudHypervisorBackend::default()),
+        Box::new(libvirt::LibvirtBackend::new(libvirt_uri)),
     ])
 }
 
@@ -242,6 +250,15 @@ impl BackendError {
     }
 }
 
+/// What [`Backend::define`] returns for a backend that gives the VM its identity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Defined {
+    /// The UUID the backend assigned: the VM's UUID from now on (record, seed instance-id).
+    pub uuid: String,
+    /// The backend's per-VM state so far, recorded at once so an interrupted create converges.
+    pub state: serde_json::Value,
+}
+
 /// What a backend's own snapshot storage holds (the qcow2 snapshot table, Cloud Hypervisor's
 /// snapshot directories): the engine reconciles it with the VM's record, so a snapshot made
 /// outside nubo, or lost from the record, is reported rather than ignored.
@@ -298,6 +315,25 @@ pub trait Backend: Send + Sync {
     /// know, paths its VMM cannot use (AF_UNIX limits), firmware it cannot find. Returns notes
     /// for the user. Reads nothing but host facts; writes nothing.
     fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError>;
+    /// For a backend that assigns the VM's identity itself (libvirt gives each domain its
+    /// UUID): defines the VM without its seed and returns the assigned UUID, which the engine
+    /// then builds the seed with. Called at create after the overlay exists. The default
+    /// (`None`) keeps the engine's UUID.
+    fn define(&self, _spec: &MachineSpec) -> Result<Option<Defined>, BackendError> {
+        Ok(None)
+    }
+    /// For a backend that stores the seed itself (a libvirt storage volume): stores `bytes`
+    /// and returns where the seed now is. `state` is what [`define`](Self::define) returned.
+    /// The default (`None`) lets the engine write `seed.img` in the VM's directory.
+    fn store_seed(
+        &self,
+        _spec: &MachineSpec,
+        _state: &serde_json::Value,
+        _bytes: &[u8],
+        _format: SeedFormat,
+    ) -> Result<Option<SeedDevice>, BackendError> {
+        Ok(None)
+    }
     /// Makes the backend's per-VM files (a UEFI variable store, say) and returns its state,
     /// which the engine records. Called once, at create, after the disk and seed exist.
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError>;
@@ -354,6 +390,13 @@ pub trait Backend: Send + Sync {
     }
     fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
+    }
+
+    /// The hostname of the guest's DHCP lease on the backend's network, when the backend
+    /// sees leases (libvirt). A lease bearing the VM's name can only come from a guest that
+    /// read the seed: readiness reports it as its own phase. `None` by default.
+    fn lease_hostname(&self, _vm: &VmRef) -> Option<String> {
+        None
     }
 
     /// For a guest whose address is predicted ([`Reach::predicted`]): what the host sees of it

@@ -13,6 +13,8 @@ pub struct Settings {
     pub roots: Roots,
     /// `NUBO_VM_BACKEND`: the backend for new VMs when neither the command nor the image names one.
     pub env_backend: Option<String>,
+    /// `NUBO_LIBVIRT_URI`: the libvirt URI in place of `qemu:///system` (root) or `qemu:///session`.
+    pub libvirt_uri: Option<String>,
     /// Progress bars and live phase lines on a TTY; plain lines otherwise.
     pub stderr_tty: bool,
     pub stdin_tty: bool,
@@ -65,6 +67,7 @@ impl Settings {
         Ok(Settings {
             roots,
             env_backend: std::env::var("NUBO_VM_BACKEND").ok().filter(|v| !v.is_empty()),
+            libvirt_uri: std::env::var("NUBO_LIBVIRT_URI").ok().filter(|v| !v.is_empty()),
             stderr_tty,
             stdin_tty: std::io::stdin().is_terminal(),
             mirrors: mirrors_from_env(),

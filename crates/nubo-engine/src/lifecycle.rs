@@ -371,6 +371,10 @@ impl Probes for LiveProbes<'_> {
     }
 
     fn ssh_banner(&mut self) -> bool {
+        // A backend whose address comes from DHCP knows it only once the guest has a lease.
+        if self.ssh_addr.is_none() {
+            self.ssh_addr = self.backend.reach(&self.rec.vm_ref(&self.dir)).ok().and_then(|r| r.ssh);
+        }
         let Some(addr) = self.ssh_addr else {
             return false;
         };
@@ -378,6 +382,12 @@ impl Probes for LiveProbes<'_> {
             .get_or_insert_with(|| SshWatcher::start(addr))
             .up
             .load(Ordering::Relaxed)
+    }
+
+    fn leased(&mut self) -> bool {
+        self.backend
+            .lease_hostname(&self.rec.vm_ref(&self.dir))
+            .is_some_and(|h| h == self.rec.machine.name)
     }
 
     fn predicted_address(&mut self) -> Option<(String, nubo_backend::AddressCheck)> {

@@ -14,6 +14,8 @@ use serde::Serialize;
 pub enum Phase {
     VmmRunning,
     KernelBooting,
+    /// The backend saw the guest's DHCP lease bearing the VM's name (libvirt).
+    AddressLeased,
     SshReachable,
     CloudInitFinished,
 }
@@ -23,6 +25,7 @@ impl Phase {
         match self {
             Phase::VmmRunning => "VMM running",
             Phase::KernelBooting => "kernel booting",
+            Phase::AddressLeased => "DHCP lease with the VM's hostname",
             Phase::SshReachable => "SSH reachable",
             Phase::CloudInitFinished => "cloud-init finished",
         }
@@ -160,6 +163,11 @@ pub trait Probes {
     fn ssh_banner(&mut self) -> bool;
     /// `cloud-init status --wait --long` over SSH, for guests whose console says nothing.
     fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>>;
+    /// The backend's own network signal (a DHCP lease bearing the VM's name), when it has one.
+    fn leased(&mut self) -> bool {
+        false
+    }
+
     /// For a guest whose address was predicted rather than observed: the address and what the
     /// host sees of it now. `None` when the address is not predicted.
     fn predicted_address(&mut self) -> Option<(String, AddressCheck)> {
@@ -438,6 +446,9 @@ pub fn wait(
         }
         if last_ssh_check.elapsed() >= Duration::from_secs(2) {
             last_ssh_check = Instant::now();
+            if seen < Some(Phase::AddressLeased) && probes.leased() {
+                reach(Phase::AddressLeased, &mut seen);
+            }
             if probes.ssh_banner() {
                 reach(Phase::SshReachable, &mut seen);
                 if target == WaitFor::Ssh && !predicted {

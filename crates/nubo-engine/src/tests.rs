@@ -81,6 +81,35 @@ fn create_new_vm_makes_files_and_runs() {
 }
 
 #[test]
+fn create_backend_assigned_uuid_is_the_vm_uuid_and_seed_instance_id() {
+    let t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
+
+    let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+
+    assert_eq!(c.record.uuid, "11111111-2222-3333-4444-555555555555");
+    assert_eq!(c.record.machine.uuid, c.record.uuid);
+    assert_eq!(
+        t.fake.calls(),
+        vec!["define web", "store_seed web", "prepare web", "boot web"]
+    );
+    let seed = t.fake.stored_seed.lock().unwrap().clone().unwrap();
+    let files = nubo_seed::read(&seed).unwrap();
+    let meta = files.iter().find(|f| f.name == "meta-data").unwrap();
+    let meta = String::from_utf8_lossy(&meta.data);
+    assert!(
+        meta.contains("instance-id: \"11111111-2222-3333-4444-555555555555\""),
+        "{meta}"
+    );
+    assert!(meta.contains("local-hostname: web"), "{meta}");
+    let dir = t.engine.roots.vm_dir("web");
+    assert_eq!(entries(&dir), vec!["disk.qcow2", "vm.json"]);
+    assert_eq!(
+        c.record.machine.seed.as_ref().unwrap().path,
+        PathBuf::from("/pool/web-cidata.iso")
+    );
+}
+
+#[test]
 fn create_vm_dir_0700_and_seed_0600() {
     use std::os::unix::fs::PermissionsExt;
     let t = fake();

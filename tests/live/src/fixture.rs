@@ -76,6 +76,9 @@ pub struct DebianImage {
 pub struct TestRoot {
     root: tempfile::TempDir,
     run: tempfile::TempDir,
+    /// A command prefix `nubo` runs under (`ip netns exec NS`), and extra environment.
+    wrap: Vec<String>,
+    env: Vec<(String, String)>,
 }
 
 impl TestRoot {
@@ -91,7 +94,12 @@ impl TestRoot {
             .prefix("nr")
             .tempdir_in("/tmp")
             .map_err(|e| format!("cannot create a NUBO_RUN_DIR: {e}"))?;
-        Ok(TestRoot { root, run })
+        Ok(TestRoot {
+            root,
+            run,
+            wrap: Vec::new(),
+            env: Vec::new(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -102,10 +110,24 @@ impl TestRoot {
         self.run.path()
     }
 
+    /// Runs every later `nubo` under `prefix` (e.g. `ip netns exec NS`) with `env` added.
+    pub fn wrap(&mut self, prefix: Vec<String>, env: Vec<(String, String)>) {
+        self.wrap = prefix;
+        self.env = env;
+    }
+
     /// `nubo` with this root's environment.
     pub fn cmd(&self) -> Result<Command, String> {
-        let mut c = Command::new(nubo_bin()?);
+        let mut c = match self.wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(nubo_bin()?);
+                c
+            }
+            None => Command::new(nubo_bin()?),
+        };
         c.env("NUBO_ROOT", self.root()).env("NUBO_RUN_DIR", self.run_dir());
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         Ok(c)
     }
 

@@ -57,6 +57,22 @@ fn probe(name: &str) -> Result<(), String> {
             tool("docker-registry", "docker-registry").and_then(|()| tool("htpasswd", "apache2-utils"))
         }
         "skopeo" => tool("skopeo", "skopeo"),
+        // The libvirt backend's tests: libvirtd and virtlogd (started by the test itself in a
+        // network namespace), virsh to observe, dnsmasq for the isolated network's DHCP, the
+        // library nubo loads at run time, and `ip netns`.
+        "libvirt" => tool("libvirtd", "libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network libvirt-daemon-driver-storage (bookworm-backports)")
+            .and_then(|()| tool("virtlogd", "libvirt-daemon"))
+            .and_then(|()| tool("virsh", "libvirt-clients"))
+            .and_then(|()| tool("dnsmasq", "dnsmasq-base"))
+            .and_then(|()| tool("ip", "iproute2"))
+            .and_then(|()| file("/usr/lib/x86_64-linux-gnu/libvirt.so.0", "libvirt0"))
+            .and_then(|()| {
+                if nix::unistd::geteuid().is_root() {
+                    Ok(())
+                } else {
+                    Err("the test's libvirtd runs in a network namespace it makes: run as root".to_owned())
+                }
+            }),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }

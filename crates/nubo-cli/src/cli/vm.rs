@@ -138,9 +138,15 @@ pub struct CreateArgs {
     /// Boot this disk image (qcow2 or raw) through an overlay; the file itself is never written
     #[arg(long)]
     pub disk: Option<PathBuf>,
-    /// Backend: `qemu` or `cloud-hypervisor` (`ch`) (see `nubo vm default-backend` and NUBO_VM_BACKEND)
+    /// Backend: `qemu`, `libvirt` (`virt`) or `cloud-hypervisor` (`ch`) (see `nubo vm default-backend` and NUBO_VM_BACKEND)
     #[arg(long)]
     pub backend: Option<String>,
+    /// libvirt: the connection URI (default NUBO_LIBVIRT_URI, else qemu:///system for root, qemu:///session otherwise)
+    #[arg(long, value_name = "URI")]
+    pub connect: Option<String>,
+    /// libvirt: the storage pool for the seed volume (default: nubo's own directory pool under NUBO_ROOT)
+    #[arg(long, value_name = "NAME")]
+    pub pool: Option<String>,
     #[arg(long)]
     pub vcpus: Option<u32>,
     /// Memory, e.g. `2G` or `512M`

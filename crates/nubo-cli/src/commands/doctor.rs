@@ -103,7 +103,7 @@ fn gather(settings: &Settings) -> Vec<Check> {
     let which = |cmd: &str| probe::which(cmd, path.as_deref());
     // Each backend reports what it needs from the host (its binary, accelerator, firmware);
     // doctor knows no backend's details.
-    let registry = nubo_backend::builtin_registry();
+    let registry = nubo_backend::builtin_registry_with(settings.libvirt_uri.clone());
     let backends: Vec<_> = registry
         .iter()
         .map(|b| (b.id(), b.auto_selectable(), b.host_checks()))

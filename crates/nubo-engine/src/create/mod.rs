@@ -288,7 +288,11 @@ impl Engine {
             lock: Some(lock),
             armed: true,
         };
-        let rec = self.make(spec, &plan, &uuid, seed, inputs, &mut undo, events)?;
+        let identity = SeedIdentity {
+            hostname: plan.hostname.clone(),
+            nubo_key,
+        };
+        let rec = self.make(spec, &plan, &uuid, seed, inputs, &identity, &mut undo, events)?;
         undo.armed = false;
         Ok(Created {
             record: rec,
@@ -340,6 +344,7 @@ impl Engine {
         uuid: &str,
         seed: Option<seed::SeedBytes>,
         inputs: Inputs,
+        identity: &SeedIdentity,
         undo: &mut Undo<'_>,
         events: &mut dyn FnMut(Event),
     ) -> Result<VmRecord, EngineError> {
@@ -405,22 +410,53 @@ impl Engine {
             rec.machine.disk.overlay.display(),
             plan.base.path.display()
         )));
-        match (seed, inputs.own_seed) {
-            (Some(s), _) => {
-                write_private(&seed_path, &s.bytes).map_err(io(format!("writing {}", seed_path.display())))?;
-                for n in s.notes {
-                    events(Event::Note(n));
-                }
-                events(Event::Step(format!(
-                    "seed {} (NoCloud, instance-id {uuid})",
-                    seed_path.display()
-                )));
+        // A backend that assigns the VM's identity (libvirt: the domain's UUID) defines the VM
+        // now, without its seed; the seed is then built with that UUID as instance-id.
+        let mut seed = seed;
+        if let Some(defined) = undo.backend.define(&rec.machine)? {
+            rec.uuid = defined.uuid.clone();
+            rec.machine.uuid = defined.uuid.clone();
+            rec.backend_state = defined.state;
+            undo.uuid = defined.uuid.clone();
+            undo.state = rec.backend_state.clone();
+            record::save_unsynced(&dir, &rec)?;
+            if seed.is_some() {
+                let net = undo.backend.guest_network(&rec.machine);
+                seed = Some(seed::build(
+                    spec,
+                    &defined.uuid,
+                    &identity.hostname,
+                    &identity.nubo_key,
+                    net.as_ref(),
+                )?);
             }
-            (None, Some((bytes, _))) => {
-                write_private(&seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;
-                events(Event::Step("seed: your own seed attached as is".into()));
+            events(Event::Step(format!(
+                "{} assigned the VM its UUID {}",
+                plan.backend, defined.uuid
+            )));
+        }
+        let uuid = rec.uuid.clone();
+        // A backend that keeps the seed itself (a libvirt volume) stores it; else `seed.img`.
+        let stored = match (&seed, &inputs.own_seed) {
+            (Some(s), _) => undo
+                .backend
+                .store_seed(&rec.machine, &rec.backend_state, &s.bytes, SeedFormat::Iso)?,
+            (None, Some((bytes, format))) => {
+                undo.backend
+                    .store_seed(&rec.machine, &rec.backend_state, bytes, *format)?
             }
-            (None, None) => {}
+            (None, None) => None,
+        };
+        if let Some(device) = stored {
+            events(Event::Step(format!(
+                "seed stored by the {} backend at {} (NoCloud, instance-id {uuid})",
+                plan.backend,
+                device.path.display()
+            )));
+            rec.machine.seed = Some(device);
+            record::save_unsynced(&dir, &rec)?;
+        } else {
+            write_seed(name, &seed_path, seed, inputs.own_seed, &uuid, events)?;
         }
         rec.backend_state = undo.backend.prepare(&rec.machine)?;
         undo.state = rec.backend_state.clone();
@@ -433,7 +469,39 @@ impl Engine {
         record::save(&dir, &rec)?;
         Ok(rec)
     }
+}
 
+/// Writes the seed nubo built, or the user's own, as `seed.img` in the VM's directory.
+fn write_seed(
+    name: &str,
+    seed_path: &Path,
+    seed: Option<seed::SeedBytes>,
+    own_seed: Option<(Vec<u8>, SeedFormat)>,
+    uuid: &str,
+    events: &mut dyn FnMut(Event),
+) -> Result<(), EngineError> {
+    let io = |what: String| EngineError::io(name, what);
+    match (seed, own_seed) {
+        (Some(s), _) => {
+            write_private(seed_path, &s.bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+            for n in s.notes {
+                events(Event::Note(n));
+            }
+            events(Event::Step(format!(
+                "seed {} (NoCloud, instance-id {uuid})",
+                seed_path.display()
+            )));
+        }
+        (None, Some((bytes, _))) => {
+            write_private(seed_path, &bytes).map_err(io(format!("writing {}", seed_path.display())))?;
+            events(Event::Step("seed: your own seed attached as is".into()));
+        }
+        (None, None) => {}
+    }
+    Ok(())
+}
+
+impl Engine {
     /// Boots `rec` (lock held) and notes what the backend reports in `rec`; the caller saves it.
     pub(crate) fn boot_locked(
         &self,
@@ -449,6 +517,12 @@ impl Engine {
         rec.notes = info.notes;
         Ok(())
     }
+}
+
+/// What the seed is rebuilt with when the backend assigns the VM's UUID.
+struct SeedIdentity {
+    hostname: String,
+    nubo_key: String,
 }
 
 /// Writes a file only its owner can read, without the fsync (see `make`).

@@ -84,7 +84,7 @@ pub fn flag(field: Field) -> &'static str {
         Field::BootInitrd => "--initrd",
         Field::BootCmdline => "--cmdline",
         Field::Machine => "--machine",
-        Field::Overrides => "--machine/--accel",
+        Field::Overrides => "--machine/--accel/--connect/--pool",
         Field::Network => "--network",
         Field::CloudInitHostname => "--hostname",
         Field::CloudInitSshKeys => "--ssh-key",
@@ -180,8 +180,24 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
             qemu.insert("accel".to_owned(), "tcg".to_owned());
         }
     }
+    // libvirt's options: the URI and pool, and the machine type when libvirt is asked for.
+    let mut libvirt = std::collections::BTreeMap::new();
+    if let Some(uri) = &a.connect {
+        libvirt.insert("uri".to_owned(), uri.clone());
+    }
+    if let Some(pool) = &a.pool {
+        libvirt.insert("pool".to_owned(), pool.clone());
+    }
+    if matches!(a.backend.as_deref(), Some("libvirt" | "virt")) {
+        if let Some(m) = qemu.remove("machine") {
+            libvirt.insert("machine".to_owned(), m);
+        }
+    }
     if !qemu.is_empty() {
         spec.overrides.insert("qemu".to_owned(), qemu);
+    }
+    if !libvirt.is_empty() {
+        spec.overrides.insert("libvirt".to_owned(), libvirt);
     }
     if a.restrict_network {
         spec.network = Network::Restricted;

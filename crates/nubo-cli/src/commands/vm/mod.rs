@@ -48,7 +48,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
 pub fn engine(settings: &Settings) -> Engine {
     Engine::new(
         settings.roots.clone(),
-        nubo_backend::builtin_registry(),
+        nubo_backend::builtin_registry_with(settings.libvirt_uri.clone()),
         settings.env_backend.clone(),
     )
     .with_fetcher(Box::new(Fetcher {

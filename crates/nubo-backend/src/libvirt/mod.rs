@@ -1,0 +1,1176 @@
+//! The libvirt backend: QEMU through libvirtd's C API, loaded at run time ([`ffi`]).
+//!
+//! Create follows libvirt's own order: define the domain without a seed, read the UUID
+//! libvirt assigned ([`Backend::define`]), let the engine build the seed with it, store it as
+//! the volume `<domain>-cidata.iso` through the volume upload stream ([`Backend::store_seed`]),
+//! redefine the domain with the same UUID and the seed CD-ROM ([`Backend::prepare`]), start.
+//! Every domain nubo defines carries nubo's `<metadata>` with the VM's directory; a domain
+//! without it (or with another directory) is never adopted, stopped or removed.
+
+pub mod ffi;
+pub mod render;
+pub mod xml;
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nubo_core::VmState;
+use serde::{Deserialize, Serialize};
+
+use self::ffi::{Connection, Domain, DomainState, VirtError};
+use self::render::{DomainParams, Machine, Net, SeedSource};
+use crate::spec::{Boot, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
+use crate::{
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, Defined,
+    HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+};
+
+const ID: &str = "libvirt";
+/// The options `overrides.libvirt` takes.
+const OPTIONS: &[&str] = &["uri", "pool", "machine"];
+/// The libvirt network a VM joins unless `--network` names another.
+pub const DEFAULT_NETWORK: &str = "default";
+/// Debian packages that provide the daemon and the QEMU driver (never libvirt-daemon-system:
+/// it autostarts a NAT network).
+pub const PACKAGES: &str = "libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network libvirt-daemon-driver-storage libvirt-clients dnsmasq-base";
+/// The largest seed volume read back (NoCloud seeds are kilobytes).
+const MAX_SEED: usize = 64 << 20;
+
+pub struct LibvirtBackend {
+    /// `NUBO_LIBVIRT_URI`, when set.
+    pub default_uri: Option<String>,
+}
+
+impl LibvirtBackend {
+    pub fn new(default_uri: Option<String>) -> LibvirtBackend {
+        LibvirtBackend { default_uri }
+    }
+
+    /// The URI new VMs use: `NUBO_LIBVIRT_URI`, else `qemu:///system` for root and
+    /// `qemu:///session` for anyone else.
+    pub fn uri(&self) -> String {
+        self.default_uri.clone().unwrap_or_else(|| {
+            if nix::unistd::geteuid().is_root() {
+                "qemu:///system".into()
+            } else {
+                "qemu:///session".into()
+            }
+        })
+    }
+
+    fn spec_uri(&self, spec: &MachineSpec) -> String {
+        spec.options.get("uri").cloned().unwrap_or_else(|| self.uri())
+    }
+}
+
+/// What the backend keeps per VM (recorded by the engine).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibvirtState {
+    pub uri: String,
+    pub pool: String,
+    /// The libvirt network, or `None` for user-mode networking.
+    pub network: Option<String>,
+    pub mac: Option<String>,
+    /// The forwarded SSH port of user-mode networking.
+    pub ssh_port: Option<u16>,
+    pub seed_volume: Option<String>,
+    pub console_log: PathBuf,
+    /// Whether the network must be restricted (user-mode `restrict=on`).
+    #[serde(default)]
+    pub restrict: bool,
+}
+
+fn remote(what: impl Into<String>) -> impl FnOnce(VirtError) -> BackendError {
+    let what = what.into();
+    move |e| BackendError::Remote {
+        what,
+        detail: e.message,
+    }
+}
+
+fn unavailable(why: String) -> BackendError {
+    BackendError::Unavailable { backend: ID, why }
+}
+
+fn connect(uri: &str) -> Result<Connection, BackendError> {
+    if let Err(e) = ffi::loadable() {
+        return Err(unavailable(format!(
+            "{} cannot be loaded ({e}): install the Debian packages {PACKAGES}",
+            ffi::SONAME
+        )));
+    }
+    Connection::open(uri).map_err(|e| {
+        unavailable(format!(
+            "libvirt at `{uri}` is unreachable ({e}): start libvirtd (or virtqemud), or give another URI with --connect / NUBO_LIBVIRT_URI"
+        ))
+    })
+}
+
+/// The AF_UNIX socket a local URI talks to, for the cheap reachability check.
+pub fn socket_of(uri: &str, uid: u32) -> Option<PathBuf> {
+    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
+    if let Some(s) = query.split('&').find_map(|kv| kv.strip_prefix("socket=")) {
+        return Some(PathBuf::from(s));
+    }
+    match base {
+        "qemu:///system" => Some(PathBuf::from("/run/libvirt/libvirt-sock")),
+        "qemu:///session" => Some(PathBuf::from(format!("/run/user/{uid}/libvirt/libvirt-sock"))),
+        _ => None,
+    }
+}
+
+fn machine_of(spec: &MachineSpec) -> Result<Machine, BackendError> {
+    match spec.options.get("machine").map(String::as_str) {
+        None | Some("pc") => Ok(Machine::Pc),
+        Some("q35") => Ok(Machine::Q35),
+        Some(other) => Err(BackendError::InvalidSpec(format!(
+            "libvirt option machine `{other}` is not a machine nubo renders: use pc or q35"
+        ))),
+    }
+}
+
+/// The pool name for a VM: `--pool`, else nubo's own directory pool for this NUBO_ROOT.
+fn pool_of(spec: &MachineSpec) -> String {
+    spec.options
+        .get("pool")
+        .cloned()
+        .unwrap_or_else(|| own_pool_name(&spec.vm_dir))
+}
+
+/// nubo's own pool for the root that holds `vm_dir` (`<root>/vms/<name>`): named after a
+/// hash of its directory, so two nubo roots on one libvirtd never share a pool.
+fn own_pool_name(vm_dir: &Path) -> String {
+    let dir = own_pool_dir(vm_dir);
+    // FNV-1a: stable across builds and platforms.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in dir.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("nubo-{:08x}", h as u32)
+}
+
+fn own_pool_dir(vm_dir: &Path) -> PathBuf {
+    vm_dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"))
+        .join("libvirt-pool")
+}
+
+fn caller() -> (u32, u32) {
+    (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
+}
+
+impl LibvirtBackend {
+    /// The pool a VM's seed goes in, started (nubo's own is defined on first use).
+    fn ensure_pool(&self, conn: &Connection, spec: &MachineSpec) -> Result<ffi::StoragePool, BackendError> {
+        let name = pool_of(spec);
+        let pool = match conn.pool(&name).map_err(remote(format!("looking up pool `{name}`")))? {
+            Some(p) => p,
+            None if spec.options.contains_key("pool") => {
+                return Err(BackendError::InvalidSpec(format!(
+                    "libvirt storage pool `{name}` does not exist: create it (virsh pool-define-as) or leave --pool out for nubo's own"
+                )))
+            }
+            None => {
+                let dir = own_pool_dir(&spec.vm_dir);
+                conn.define_pool(&render::dir_pool(&name, &dir))
+                    .map_err(remote(format!("defining nubo's storage pool `{name}` at {}", dir.display())))?
+            }
+        };
+        if !pool.is_active().map_err(remote(format!("pool `{name}`")))? {
+            pool.start().map_err(remote(format!("starting pool `{name}`")))?;
+        }
+        Ok(pool)
+    }
+
+    /// The network mode realised: a libvirt network, or user-mode networking.
+    fn net_for(&self, conn: &Connection, spec: &MachineSpec) -> Result<(Option<String>, bool), BackendError> {
+        match &spec.network {
+            NetworkMode::Named(n) => match conn.network(n).map_err(remote(format!("looking up network `{n}`")))? {
+                Some(_) => Ok((Some(n.clone()), false)),
+                None => Err(BackendError::InvalidSpec(format!(
+                    "libvirt network `{n}` does not exist: define it (virsh net-define) or leave --network out"
+                ))),
+            },
+            NetworkMode::Forward => {
+                let has_default = conn
+                    .network(DEFAULT_NETWORK)
+                    .map_err(remote("looking up network `default`"))?
+                    .is_some();
+                Ok((has_default.then(|| DEFAULT_NETWORK.to_owned()), false))
+            }
+            NetworkMode::Restricted => Ok((None, true)),
+            NetworkMode::None => Ok((None, false)),
+        }
+    }
+
+    /// The domain of this VM, if any; refuses one nubo did not define for this VM.
+    fn own_domain(&self, conn: &Connection, name: &str, vm_dir: &Path) -> Result<Option<Domain>, BackendError> {
+        let Some(dom) = conn
+            .domain(name)
+            .map_err(remote(format!("looking up domain `{name}`")))?
+        else {
+            return Ok(None);
+        };
+        let info = xml::parse_domain(&dom.xml(ffi::XML_INACTIVE).map_err(remote(format!("domain `{name}`")))?)
+            .map_err(|e| BackendError::Remote {
+                what: format!("domain `{name}`"),
+                detail: e,
+            })?;
+        if info.nubo_dir.as_deref() != Some(&*vm_dir.to_string_lossy()) {
+            return Err(BackendError::InvalidSpec(format!(
+                "libvirt domain `{name}` exists and was not created by nubo for {}: nubo never adopts or removes it; choose another VM name, or remove the domain yourself",
+                vm_dir.display()
+            )));
+        }
+        Ok(Some(dom))
+    }
+
+    fn params<'a>(
+        &self,
+        spec: &'a MachineSpec,
+        st: &'a LibvirtState,
+        uuid: Option<&'a str>,
+    ) -> Result<DomainParams<'a>, BackendError> {
+        let machine = machine_of(spec)?;
+        let seed = match (&spec.seed, &st.seed_volume) {
+            (
+                Some(SeedDevice {
+                    format: SeedFormat::Iso,
+                    ..
+                }),
+                Some(v),
+            ) => Some(SeedSource::Volume {
+                pool: st.pool.clone(),
+                volume: v.clone(),
+            }),
+            (
+                Some(SeedDevice {
+                    format: SeedFormat::Vfat,
+                    path,
+                }),
+                _,
+            ) => Some(SeedSource::VfatFile(path.clone())),
+            _ => None,
+        };
+        let net = match (&st.network, st.ssh_port) {
+            (Some(n), _) => Net::Network {
+                name: n.clone(),
+                mac: st.mac.clone(),
+            },
+            (None, Some(port)) => Net::User {
+                ssh_port: port,
+                restrict: st.restrict,
+            },
+            (None, None) => Net::None,
+        };
+        let system = st.uri.starts_with("qemu:///system") || st.uri.starts_with("qemu+unix:///system");
+        Ok(DomainParams {
+            uuid,
+            virt_type: virt_type(),
+            machine,
+            seed,
+            net,
+            console_log: &st.console_log,
+            dac: system.then(caller),
+        })
+    }
+
+    fn state_of(vm: &VmRef) -> Result<LibvirtState, BackendError> {
+        serde_json::from_value(vm.state.clone()).map_err(|e| BackendError::BadState {
+            name: vm.name.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// The state recorded, or (a create killed before it was recorded) the default URI's.
+    fn state_or_default(&self, vm: &VmRef) -> LibvirtState {
+        Self::state_of(vm).unwrap_or_else(|_| LibvirtState {
+            uri: self.uri(),
+            pool: own_pool_name(vm.vm_dir),
+            network: None,
+            mac: None,
+            ssh_port: None,
+            seed_volume: Some(render::seed_volume_name(vm.name)),
+            console_log: vm.vm_dir.join("console.log"),
+            restrict: false,
+        })
+    }
+
+    fn define_xml(&self, conn: &Connection, xml: &str, name: &str) -> Result<Domain, BackendError> {
+        conn.define_domain(xml)
+            .map_err(remote(format!("defining domain `{name}`")))
+    }
+}
+
+/// `kvm` where KVM runs stock guest kernels, else `qemu` (TCG): the same policy as the qemu
+/// backend (PVM's /dev/kvm hangs stock kernels).
+fn virt_type() -> &'static str {
+    let (accel, _) = crate::qemu::auto_accel(&crate::qemu::QemuBackend::default());
+    match accel {
+        crate::qemu::options::Accel::Kvm => "kvm",
+        _ => "qemu",
+    }
+}
+
+fn free_port() -> Result<u16, BackendError> {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(BackendError::io("picking a free port on 127.0.0.1"))
+}
+
+fn vm_state(s: DomainState) -> VmState {
+    match s {
+        DomainState::Running | DomainState::Blocked | DomainState::ShuttingDown => VmState::Running,
+        DomainState::Paused | DomainState::PmSuspended => VmState::Paused,
+        DomainState::Shutoff | DomainState::Crashed | DomainState::NoState => VmState::Stopped,
+    }
+}
+
+impl Backend for LibvirtBackend {
+    fn id(&self) -> &'static str {
+        ID
+    }
+
+    fn aliases(&self) -> &'static [&'static str] {
+        &["virt"]
+    }
+
+    fn auto_selectable(&self) -> bool {
+        true
+    }
+
+    fn probe(&self) -> Probe {
+        if let Err(e) = ffi::loadable() {
+            return Probe::Missing {
+                what: format!("{} ({e})", ffi::SONAME),
+                package: PACKAGES.into(),
+            };
+        }
+        let uri = self.uri();
+        match Connection::open(&uri).and_then(|c| c.versions()) {
+            Ok((lib, hv)) => Probe::Available {
+                version: format!("libvirt {lib} at {uri}, QEMU {hv}"),
+            },
+            Err(e) => Probe::Broken {
+                error: format!("libvirt at `{uri}` is unreachable: {e}"),
+            },
+        }
+    }
+
+    /// Cheap and bounded: the library loads and the URI's socket accepts a connection. No
+    /// libvirt call is made, so a wedged daemon cannot hang `vm create`'s selection.
+    fn installed(&self) -> bool {
+        let uri = self.uri();
+        let Some(sock) = socket_of(&uri, caller().0) else {
+            return false;
+        };
+        sock.exists() && ffi::loadable().is_ok() && UnixStream::connect(&sock).is_ok()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            snapshot: true,
+            pause: false,
+            direct_kernel: true,
+            efi: true,
+            microvm: false,
+            named_networks: true,
+            options: OPTIONS,
+        }
+    }
+
+    fn host_checks(&self) -> Vec<HostCheck> {
+        checks(self)
+    }
+
+    fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
+        if let Some(k) = spec.options.keys().find(|k| !OPTIONS.contains(&k.as_str())) {
+            return Err(BackendError::InvalidSpec(format!(
+                "the libvirt backend has no option `{k}`: it takes {}",
+                OPTIONS.join(", ")
+            )));
+        }
+        machine_of(spec)?;
+        if spec.machine == MachineKind::Microvm {
+            return Err(BackendError::unsupported(ID, "the microvm machine", "the qemu backend"));
+        }
+        if let Boot::Firmware {
+            firmware: Firmware::EfiCode(p),
+        } = &spec.boot
+        {
+            return Err(BackendError::InvalidSpec(format!(
+                "the libvirt backend picks UEFI firmware itself: use --firmware efi instead of {}",
+                p.display()
+            )));
+        }
+        let uri = self.spec_uri(spec);
+        let conn = connect(&uri)?;
+        let mut notes = Vec::new();
+        let (net, _) = self.net_for(&conn, spec)?;
+        if net.is_none() && spec.network == NetworkMode::Forward {
+            notes.push(format!(
+                "libvirt at `{uri}` has no network `default`: user-mode networking with SSH forwarded on 127.0.0.1"
+            ));
+        }
+        if let Some(pool) = spec.options.get("pool") {
+            if conn
+                .pool(pool)
+                .map_err(remote(format!("looking up pool `{pool}`")))?
+                .is_none()
+            {
+                return Err(BackendError::InvalidSpec(format!(
+                    "libvirt storage pool `{pool}` does not exist at `{uri}`: create it or leave --pool out for nubo's own"
+                )));
+            }
+        }
+        self.own_domain(&conn, &spec.name, &spec.vm_dir)?;
+        Ok(notes)
+    }
+
+    fn define(&self, spec: &MachineSpec) -> Result<Option<Defined>, BackendError> {
+        let uri = self.spec_uri(spec);
+        let conn = connect(&uri)?;
+        let pool = self.ensure_pool(&conn, spec)?;
+        // A domain of ours left by a killed create: converge by starting over.
+        if let Some(old) = self.own_domain(&conn, &spec.name, &spec.vm_dir)? {
+            let _ = old.destroy();
+            old.undefine(ffi::UNDEFINE_ALL)
+                .map_err(remote(format!("undefining the interrupted domain `{}`", spec.name)))?;
+        }
+        let (network, restrict) = self.net_for(&conn, spec)?;
+        let ssh_port = if network.is_none() && spec.network != NetworkMode::None {
+            Some(free_port()?)
+        } else {
+            None
+        };
+        let mut st = LibvirtState {
+            uri,
+            pool: pool_of(spec),
+            network,
+            mac: None,
+            ssh_port,
+            seed_volume: None,
+            console_log: spec.vm_dir.join("console.log"),
+            restrict,
+        };
+        drop(pool);
+        let xml = render::domain(spec, &self.params(spec, &st, None)?);
+        let dom = self.define_xml(&conn, &xml, &spec.name)?;
+        let uuid = dom.uuid().map_err(remote(format!("domain `{}`", spec.name)))?;
+        let info = xml::parse_domain(
+            &dom.xml(ffi::XML_INACTIVE)
+                .map_err(remote(format!("domain `{}`", spec.name)))?,
+        )
+        .map_err(|e| BackendError::Remote {
+            what: format!("domain `{}`", spec.name),
+            detail: e,
+        })?;
+        st.mac = info.mac;
+        Ok(Some(Defined {
+            uuid,
+            state: serde_json::to_value(&st).expect("state serialises"),
+        }))
+    }
+
+    fn store_seed(
+        &self,
+        spec: &MachineSpec,
+        state: &serde_json::Value,
+        bytes: &[u8],
+        format: SeedFormat,
+    ) -> Result<Option<SeedDevice>, BackendError> {
+        if format != SeedFormat::Iso {
+            // A FAT seed of the user's own stays a file the engine writes.
+            return Ok(None);
+        }
+        let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
+            name: spec.name.clone(),
+            detail: e.to_string(),
+        })?;
+        let conn = connect(&st.uri)?;
+        let pool = self.ensure_pool(&conn, spec)?;
+        let name = render::seed_volume_name(&spec.name);
+        // A volume left by a killed create is replaced: the domain it belonged to was ours.
+        if let Some(old) = pool
+            .volume(&name)
+            .map_err(remote(format!("looking up volume `{name}`")))?
+        {
+            old.delete()
+                .map_err(remote(format!("deleting the stale seed volume `{name}`")))?;
+        }
+        let vol = pool
+            .create_volume(&render::seed_volume(&name, bytes.len() as u64, caller()))
+            .map_err(remote(format!("creating seed volume `{name}` in pool `{}`", st.pool)))?;
+        if let Err(e) = conn.upload(&vol, bytes) {
+            let _ = vol.delete();
+            return Err(remote(format!("uploading seed volume `{name}`"))(e));
+        }
+        let path = vol.path().map_err(remote(format!("volume `{name}`")))?;
+        Ok(Some(SeedDevice {
+            path: PathBuf::from(path),
+            format: SeedFormat::Iso,
+        }))
+    }
+
+    fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
+        let uri = self.spec_uri(spec);
+        let conn = connect(&uri)?;
+        let dom = self
+            .own_domain(&conn, &spec.name, &spec.vm_dir)?
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("domain `{}`", spec.name),
+                detail: "it vanished between define and redefine".into(),
+            })?;
+        let info = xml::parse_domain(
+            &dom.xml(ffi::XML_INACTIVE)
+                .map_err(remote(format!("domain `{}`", spec.name)))?,
+        )
+        .map_err(|e| BackendError::Remote {
+            what: format!("domain `{}`", spec.name),
+            detail: e,
+        })?;
+        let (network, restrict) = self.net_for(&conn, spec)?;
+        let st = LibvirtState {
+            uri,
+            pool: pool_of(spec),
+            ssh_port: if network.is_none() && spec.network != NetworkMode::None {
+                Some(free_port()?)
+            } else {
+                None
+            },
+            network,
+            mac: info.mac,
+            seed_volume: spec
+                .seed
+                .as_ref()
+                .filter(|s| s.format == SeedFormat::Iso)
+                .map(|_| render::seed_volume_name(&spec.name)),
+            console_log: spec.vm_dir.join("console.log"),
+            restrict,
+        };
+        // The redefine carries the UUID libvirt assigned, and the seed CD-ROM.
+        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid))?);
+        self.define_xml(&conn, &xml, &spec.name)?;
+        Ok(serde_json::to_value(&st).expect("state serialises"))
+    }
+
+    fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError> {
+        let vm = VmRef {
+            name: &spec.name,
+            uuid: &spec.uuid,
+            vm_dir: &spec.vm_dir,
+            state,
+        };
+        let mut st = Self::state_of(&vm)?;
+        let conn = connect(&st.uri)?;
+        if self.own_domain(&conn, &spec.name, &spec.vm_dir)?.is_none() {
+            return Err(BackendError::Remote {
+                what: format!("domain `{}`", spec.name),
+                detail: format!(
+                    "it is not defined at `{}` (removed outside nubo?): remove the VM with `nubo vm rm --force {}` and create it again",
+                    st.uri, spec.name
+                ),
+            });
+        }
+        if st
+            .ssh_port
+            .is_some_and(|p| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_err())
+        {
+            st.ssh_port = Some(free_port()?);
+        }
+        // This boot's console log; the previous one is kept.
+        if st.console_log.exists() {
+            let mut prev = st.console_log.clone().into_os_string();
+            prev.push(".1");
+            std::fs::rename(&st.console_log, &prev)
+                .map_err(BackendError::io(format!("rotating {}", st.console_log.display())))?;
+        }
+        // Redefined on every boot from the recorded machine: the XML is nubo's, always.
+        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid))?);
+        let dom = self.define_xml(&conn, &xml, &spec.name)?;
+        // Snapshots whose metadata libvirt lost come back from their saved XML.
+        redefine_snapshots(&dom, &spec.vm_dir, &spec.uuid)?;
+        dom.start()
+            .map_err(remote(format!("starting domain `{}`", spec.name)))?;
+        let mut notes = vec![format!(
+            "libvirt domain `{}` at `{}` ({})",
+            spec.name,
+            st.uri,
+            match virt_type() {
+                "kvm" => "KVM",
+                _ => "TCG: KVM cannot run stock guest kernels here",
+            }
+        )];
+        match (&st.network, st.ssh_port) {
+            (Some(n), _) => notes.push(format!("network: libvirt network `{n}`")),
+            (None, Some(p)) => notes.push(format!("network: user-mode, SSH on 127.0.0.1:{p}")),
+            _ => {}
+        }
+        *state = serde_json::to_value(&st).expect("state serialises");
+        Ok(BootInfo {
+            pid: None,
+            launch: Launch::Xml(xml),
+            notes,
+        })
+    }
+
+    fn state(&self, vm: &VmRef) -> Result<VmState, BackendError> {
+        let st = self.state_or_default(vm);
+        let conn = connect(&st.uri)?;
+        match self.own_domain(&conn, vm.name, vm.vm_dir)? {
+            Some(d) => Ok(vm_state(d.state().map_err(remote(format!("domain `{}`", vm.name)))?)),
+            None => Ok(VmState::Stopped),
+        }
+    }
+
+    fn stop(&self, vm: &VmRef, mode: StopMode) -> Result<(), BackendError> {
+        let st = self.state_or_default(vm);
+        let conn = connect(&st.uri)?;
+        let Some(dom) = self.own_domain(&conn, vm.name, vm.vm_dir)? else {
+            return Ok(());
+        };
+        let off = |d: &Domain| d.state().map(|s| vm_state(s) == VmState::Stopped).unwrap_or(true);
+        if let StopMode::Graceful(timeout) = mode {
+            if dom.shutdown().is_ok() {
+                let t0 = Instant::now();
+                while t0.elapsed() < timeout {
+                    if off(&dom) {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        match dom.destroy() {
+            Ok(()) => Ok(()),
+            Err(_) if off(&dom) => Ok(()),
+            Err(e) => Err(remote(format!("destroying domain `{}`", vm.name))(e)),
+        }
+    }
+
+    fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
+        let st = self.state_or_default(vm);
+        let conn = connect(&st.uri)?;
+        if let Some(dom) = self.own_domain(&conn, vm.name, vm.vm_dir)? {
+            if dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped {
+                let _ = dom.destroy();
+            }
+            dom.undefine(ffi::UNDEFINE_ALL)
+                .map_err(remote(format!("undefining domain `{}`", vm.name)))?;
+        }
+        let name = render::seed_volume_name(vm.name);
+        if let Some(pool) = conn
+            .pool(&st.pool)
+            .map_err(remote(format!("looking up pool `{}`", st.pool)))?
+        {
+            let _ = pool.refresh();
+            if let Some(v) = pool
+                .volume(&name)
+                .map_err(remote(format!("looking up volume `{name}`")))?
+            {
+                v.delete().map_err(remote(format!("deleting seed volume `{name}`")))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn reach(&self, vm: &VmRef) -> Result<Reach, BackendError> {
+        let st = Self::state_of(vm)?;
+        match (&st.network, st.ssh_port) {
+            (Some(n), _) => {
+                let leases = self.leases(&st, n)?;
+                let ip = leases.first().map(|l| l.ip.clone());
+                Ok(Reach {
+                    ssh: ip
+                        .as_deref()
+                        .and_then(|i| i.parse().ok())
+                        .map(|a: std::net::IpAddr| SocketAddr::new(a, 22)),
+                    guest_addresses: leases.into_iter().map(|l| l.ip).collect(),
+                    // Observed: libvirt's DHCP leases.
+                    predicted: false,
+                    network: format!(
+                        "libvirt network `{n}` (DHCP lease of {})",
+                        st.mac.as_deref().unwrap_or("?")
+                    ),
+                })
+            }
+            (None, Some(p)) => Ok(Reach {
+                ssh: Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p)),
+                guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
+                predicted: false,
+                network: format!("user-mode networking, SSH forwarded from 127.0.0.1:{p}"),
+            }),
+            _ => Ok(Reach {
+                ssh: None,
+                guest_addresses: Vec::new(),
+                predicted: false,
+                network: "none".into(),
+            }),
+        }
+    }
+
+    fn console(&self, vm: &VmRef) -> ConsoleLog {
+        let current = Self::state_of(vm)
+            .map(|s| s.console_log)
+            .unwrap_or_else(|_| vm.vm_dir.join("console.log"));
+        let mut prev = current.clone().into_os_string();
+        prev.push(".1");
+        let prev = PathBuf::from(prev);
+        ConsoleLog {
+            previous: prev.exists().then_some(prev),
+            current,
+        }
+    }
+
+    fn snapshot_create(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        let running = dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped;
+        let t0 = Instant::now();
+        let snap = dom
+            .snapshot_create(&render::snapshot(name), 0)
+            .map_err(remote(format!("snapshot `{name}` of domain `{}`", vm.name)))?;
+        let frozen = running.then(|| t0.elapsed());
+        let xml = snap.xml().map_err(remote(format!("snapshot `{name}`")))?;
+        save_snapshot_xml(vm.vm_dir, name, &xml)?;
+        Ok(SnapshotTaken {
+            snapshot: backend_snapshot(&xml, vm.name)?,
+            frozen,
+        })
+    }
+
+    fn snapshot_list(&self, vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        dom.snapshots()
+            .map_err(remote(format!("snapshots of domain `{}`", vm.name)))?
+            .iter()
+            .map(|x| backend_snapshot(x, vm.name))
+            .collect()
+    }
+
+    fn snapshot_delete(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        if let Some(snap) = dom.snapshot(name).map_err(remote(format!("snapshot `{name}`")))? {
+            snap.delete()
+                .map_err(remote(format!("deleting snapshot `{name}` of domain `{}`", vm.name)))?;
+        }
+        let _ = std::fs::remove_file(snapshot_xml_path(vm.vm_dir, name));
+        Ok(())
+    }
+
+    fn snapshot_restore(
+        &self,
+        spec: &MachineSpec,
+        state: &mut serde_json::Value,
+        name: &str,
+    ) -> Result<Restored, BackendError> {
+        let vm = VmRef {
+            name: &spec.name,
+            uuid: &spec.uuid,
+            vm_dir: &spec.vm_dir,
+            state,
+        };
+        let (_, dom) = self.domain_of(&vm)?;
+        let snap = dom
+            .snapshot(name)
+            .map_err(remote(format!("snapshot `{name}`")))?
+            .ok_or_else(|| {
+                BackendError::InvalidSpec(format!(
+                    "domain `{0}` has no snapshot `{name}`: `nubo vm snapshot ls {0}` lists what it holds",
+                    spec.name
+                ))
+            })?;
+        let info = xml::parse_snapshot(&snap.xml().map_err(remote(format!("snapshot `{name}`")))?).map_err(|e| {
+            BackendError::Remote {
+                what: format!("snapshot `{name}`"),
+                detail: e,
+            }
+        })?;
+        let running = dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped;
+        if running && !info.has_memory() {
+            return Err(BackendError::InvalidSpec(format!(
+                "snapshot `{name}` of VM `{0}` holds no memory (it was taken while the VM was stopped), so it cannot replace a running guest: stop the VM (`nubo vm stop {0}`) and restore it again to revert the disk",
+                spec.name
+            )));
+        }
+        snap.revert(0)
+            .map_err(remote(format!("reverting domain `{}` to snapshot `{name}`", spec.name)))?;
+        Ok(match (running, info.has_memory()) {
+            (true, _) => Restored::Running,
+            (false, false) => Restored::DiskOnly,
+            (false, true) => Restored::Started(BootInfo {
+                pid: None,
+                launch: Launch::Xml(dom.xml(0).unwrap_or_default()),
+                notes: vec![format!(
+                    "domain `{}` started from snapshot `{name}`'s memory",
+                    spec.name
+                )],
+            }),
+        })
+    }
+
+    fn lease_hostname(&self, vm: &VmRef) -> Option<String> {
+        self.lease_of(vm).ok().flatten()
+    }
+
+    fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        let (conn, dom) = self.domain_of(vm)?;
+        if dom.state().map(vm_state).unwrap_or(VmState::Stopped) == VmState::Stopped {
+            return Err(BackendError::InvalidSpec(format!(
+                "vm `{0}` is stopped: start it first (`nubo vm start {0}`)",
+                vm.name
+            )));
+        }
+        let stream = conn
+            .open_console(&dom)
+            .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
+        Ok(Box::new(Console {
+            stream: std::sync::Arc::new(stream),
+            _conn: std::sync::Arc::new(conn),
+        }))
+    }
+}
+
+fn snapshot_xml_path(vm_dir: &Path, name: &str) -> PathBuf {
+    vm_dir.join("snapshots").join(format!("{name}.xml"))
+}
+
+/// Keeps a snapshot's XML under `vms/<name>/snapshots/`, so it can be redefined after any
+/// define that lost libvirt's metadata.
+fn save_snapshot_xml(vm_dir: &Path, name: &str, xml: &str) -> Result<(), BackendError> {
+    let dir = vm_dir.join("snapshots");
+    std::fs::create_dir_all(&dir).map_err(BackendError::io(format!("creating {}", dir.display())))?;
+    let path = snapshot_xml_path(vm_dir, name);
+    nubo_core::write_atomic(&path, xml.as_bytes()).map_err(BackendError::io(format!("writing {}", path.display())))
+}
+
+fn backend_snapshot(xml: &str, vm: &str) -> Result<BackendSnapshot, BackendError> {
+    let info = xml::parse_snapshot(xml).map_err(|e| BackendError::Remote {
+        what: format!("a snapshot of domain `{vm}`"),
+        detail: e,
+    })?;
+    Ok(BackendSnapshot {
+        has_memory: info.has_memory(),
+        vm_state_size: 0,
+        created: info
+            .created
+            .map(|t| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()),
+        name: info.name,
+    })
+}
+
+/// Snapshots saved under `vms/<name>/snapshots/` that libvirt does not know (its metadata was
+/// lost with an undefine, say) are redefined onto `dom`, parents first, with `uuid` written in.
+fn redefine_snapshots(dom: &Domain, vm_dir: &Path, uuid: &str) -> Result<usize, BackendError> {
+    let mut saved: Vec<(u64, String)> = Vec::new();
+    for e in std::fs::read_dir(vm_dir.join("snapshots"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "xml") {
+            continue;
+        }
+        let text = nubo_core::file::read_bounded(&p, "snapshot XML", 1 << 20)
+            .map_err(|e| BackendError::InvalidSpec(e.to_string()))?;
+        let text = String::from_utf8_lossy(&text).into_owned();
+        let created = xml::parse_snapshot(&text).ok().and_then(|i| i.created).unwrap_or(0);
+        saved.push((created, text));
+    }
+    saved.sort();
+    let mut n = 0;
+    for (_, text) in saved {
+        let info = xml::parse_snapshot(&text).map_err(BackendError::InvalidSpec)?;
+        if dom
+            .snapshot(&info.name)
+            .map_err(remote("looking up a snapshot"))?
+            .is_some()
+        {
+            continue;
+        }
+        let xml = xml::rewrite_snapshot_uuid(&text, uuid).map_err(BackendError::InvalidSpec)?;
+        dom.snapshot_create(&xml, ffi::SNAPSHOT_CREATE_REDEFINE)
+            .map_err(remote(format!("redefining snapshot `{}`", info.name)))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// libvirt's console stream for a domain (`nubo vm console`): one thread reads while another
+/// writes; `shutdown` aborts the stream, which ends a blocked read.
+struct Console {
+    stream: std::sync::Arc<ffi::Stream>,
+    _conn: std::sync::Arc<Connection>,
+}
+
+impl std::io::Read for Console {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.stream.recv(buf).map_err(|e| std::io::Error::other(e.message))
+    }
+}
+
+impl std::io::Write for Console {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.send(buf).map_err(|e| std::io::Error::other(e.message))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ConsoleStream for Console {
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        Ok(Box::new(Console {
+            stream: self.stream.clone(),
+            _conn: self._conn.clone(),
+        }))
+    }
+
+    fn shutdown(&self) {
+        self.stream.abort();
+    }
+}
+
+/// A lease of the VM's MAC on its network.
+pub struct Lease {
+    pub ip: String,
+    pub hostname: Option<String>,
+}
+
+impl LibvirtBackend {
+    /// The VM's connection and domain; an error when the domain is gone.
+    fn domain_of(&self, vm: &VmRef) -> Result<(Connection, Domain), BackendError> {
+        let st = self.state_or_default(vm);
+        let conn = connect(&st.uri)?;
+        let dom = self
+            .own_domain(&conn, vm.name, vm.vm_dir)?
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("domain `{}`", vm.name),
+                detail: format!("it is not defined at `{}`", st.uri),
+            })?;
+        Ok((conn, dom))
+    }
+
+    fn leases(&self, st: &LibvirtState, network: &str) -> Result<Vec<Lease>, BackendError> {
+        let Some(mac) = &st.mac else {
+            return Ok(Vec::new());
+        };
+        let conn = connect(&st.uri)?;
+        let Some(net) = conn
+            .network(network)
+            .map_err(remote(format!("looking up network `{network}`")))?
+        else {
+            return Ok(Vec::new());
+        };
+        Ok(net
+            .leases(mac)
+            .map_err(remote(format!("DHCP leases of network `{network}`")))?
+            .into_iter()
+            .map(|l| Lease {
+                ip: l.ip,
+                hostname: l.hostname,
+            })
+            .collect())
+    }
+
+    /// The hostname of the VM's DHCP lease, if it has one: a lease bearing the domain name
+    /// can only come from a guest that read the seed.
+    pub fn lease_of(&self, vm: &VmRef) -> Result<Option<String>, BackendError> {
+        let st = Self::state_of(vm)?;
+        let Some(n) = &st.network else {
+            return Ok(None);
+        };
+        Ok(self.leases(&st, n)?.into_iter().find_map(|l| l.hostname))
+    }
+
+    /// The seed volume's bytes, read back through libvirt (for `vm inspect` and tests).
+    pub fn read_seed(&self, vm: &VmRef) -> Result<Vec<u8>, BackendError> {
+        let st = Self::state_of(vm)?;
+        let conn = connect(&st.uri)?;
+        let name = render::seed_volume_name(vm.name);
+        let pool = conn
+            .pool(&st.pool)
+            .map_err(remote(format!("looking up pool `{}`", st.pool)))?
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("pool `{}`", st.pool),
+                detail: "not found".into(),
+            })?;
+        let vol = pool
+            .volume(&name)
+            .map_err(remote(format!("looking up volume `{name}`")))?
+            .ok_or_else(|| BackendError::Remote {
+                what: format!("volume `{name}`"),
+                detail: "not found".into(),
+            })?;
+        conn.download(&vol, MAX_SEED)
+            .map_err(remote(format!("downloading volume `{name}`")))
+    }
+}
+
+fn check(name: &str, status: CheckStatus, detail: String, fix: Option<String>, blocks: Option<&str>) -> HostCheck {
+    HostCheck {
+        name: name.into(),
+        status,
+        detail,
+        fix,
+        blocks: blocks.map(str::to_owned),
+    }
+}
+
+/// `nubo doctor`'s libvirt checks: library, daemon (URI, versions), group, domain
+/// capabilities, and the PVM pitfall, each with its fix.
+fn checks(b: &LibvirtBackend) -> Vec<HostCheck> {
+    let mut out = Vec::new();
+    if let Err(e) = ffi::loadable() {
+        out.push(check(
+            "libvirt library",
+            CheckStatus::Broken,
+            format!("{} cannot be loaded: {e}", ffi::SONAME),
+            Some(format!(
+                "install the Debian packages {PACKAGES} (from bookworm-backports, --no-install-recommends)"
+            )),
+            None,
+        ));
+        return out;
+    }
+    out.push(check(
+        "libvirt library",
+        CheckStatus::Ok,
+        format!("{} loaded at run time", ffi::SONAME),
+        None,
+        None,
+    ));
+    let uri = b.uri();
+    let conn = match Connection::open(&uri) {
+        Ok(c) => c,
+        Err(e) => {
+            out.push(check(
+                "libvirt daemon",
+                CheckStatus::Broken,
+                format!("`{uri}` is unreachable: {e}"),
+                Some("start libvirtd and virtlogd (or virtqemud), or point NUBO_LIBVIRT_URI at a running one".into()),
+                None,
+            ));
+            return out;
+        }
+    };
+    let versions = conn
+        .versions()
+        .map(|(l, h)| format!("libvirt {l}, QEMU {h}"))
+        .unwrap_or_default();
+    out.push(check(
+        "libvirt daemon",
+        CheckStatus::Ok,
+        format!("`{uri}` reachable ({versions})"),
+        None,
+        None,
+    ));
+    if !nix::unistd::geteuid().is_root() && uri.contains("system") {
+        let in_group = nix::unistd::Group::from_name("libvirt")
+            .ok()
+            .flatten()
+            .is_some_and(|g| nix::unistd::getgroups().is_ok_and(|gs| gs.contains(&g.gid)));
+        out.push(check(
+            "libvirt group",
+            if in_group { CheckStatus::Ok } else { CheckStatus::Warn },
+            if in_group {
+                "you are in the `libvirt` group".into()
+            } else {
+                "you are not in the `libvirt` group: qemu:///system may refuse you".into()
+            },
+            (!in_group).then(|| "sudo adduser $USER libvirt, then log in again".into()),
+            None,
+        ));
+    }
+    let vt = virt_type();
+    match conn.domain_capabilities(Some(vt)) {
+        Ok(caps) => {
+            let efi = caps.contains("<value>efi</value>");
+            let machines: Vec<&str> = ["pc", "q35"]
+                .into_iter()
+                .filter(|m| {
+                    caps.contains(&format!("'{m}'")) || caps.contains(&format!(">{m}<")) || caps.contains("pc-i440fx")
+                })
+                .collect();
+            out.push(check(
+                "libvirt domain capabilities",
+                CheckStatus::Ok,
+                format!(
+                    "QEMU driver: {} ({}), machines {}",
+                    if vt == "kvm" { "KVM" } else { "TCG" },
+                    if efi {
+                        "UEFI firmware available"
+                    } else {
+                        "no UEFI firmware"
+                    },
+                    machines.join(", ")
+                ),
+                None,
+                None,
+            ));
+            if !efi {
+                out.push(check(
+                    "libvirt UEFI",
+                    CheckStatus::Warn,
+                    "libvirt found no UEFI firmware".into(),
+                    Some("install the ovmf package".into()),
+                    Some("--firmware efi on libvirt"),
+                ));
+            }
+        }
+        Err(e) => out.push(check(
+            "libvirt domain capabilities",
+            CheckStatus::Broken,
+            format!("the QEMU driver answers no capabilities: {e}"),
+            Some("install libvirt-daemon-driver-qemu and qemu-system-x86".into()),
+            None,
+        )),
+    }
+    let kvm = crate::qemu::QemuBackend::default().kvm();
+    if matches!(kvm, crate::qemu::probe::KvmStatus::Pvm) {
+        out.push(check(
+            "libvirt on PVM",
+            CheckStatus::Warn,
+            "/dev/kvm is PVM: nubo defines TCG domains (type `qemu`), and with the stock qemu.conf libvirt re-probes QEMU on every define (about 50 s)".into(),
+            Some("in qemu.conf set user = \"root\", group = \"root\", dynamic_ownership = 0, remember_owner = 0 (define then takes milliseconds)".into()),
+            None,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests_unit {
+    use super::*;
+
+    #[test]
+    fn socket_of_query_socket_wins() {
+        assert_eq!(
+            socket_of("qemu:///system?socket=/tmp/x/libvirt-sock", 0),
+            Some(PathBuf::from("/tmp/x/libvirt-sock"))
+        );
+    }
+
+    #[test]
+    fn socket_of_remote_uri_is_none() {
+        assert_eq!(socket_of("qemu+ssh://host/system", 0), None);
+    }
+
+    #[test]
+    fn own_pool_name_differs_per_root() {
+        assert_ne!(
+            own_pool_name(Path::new("/a/vms/x")),
+            own_pool_name(Path::new("/b/vms/x"))
+        );
+        assert_eq!(
+            own_pool_name(Path::new("/a/vms/x")),
+            own_pool_name(Path::new("/a/vms/y"))
+        );
+    }
+}

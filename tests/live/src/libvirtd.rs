@@ -1,0 +1,247 @@
+//! A private libvirtd for the libvirt live tests, in a network namespace the test makes.
+//!
+//! PID 1 is not systemd here, so the harness starts `virtlogd` and `libvirtd` itself, inside
+//! `ip netns exec` (whose mount namespace is private): there `/etc/libvirt`, `/run/libvirt`,
+//! `/var/lib/libvirt`, `/var/cache/libvirt` and `/var/log/libvirt` are bind mounts of the
+//! test's own directories, so nothing of the host's libvirt state is read or written. Its
+//! qemu.conf runs QEMU as root without relabelling (`dynamic_ownership = 0`), which also
+//! spares the ~50 s re-probe of QEMU per define that PVM's /dev/kvm causes with the stock one.
+//! Its sockets are in the test's directory (`qemu:///system?socket=...`), so a test never talks
+//! to another libvirtd. The only network is isolated (no `<forward>`): every packet stays in
+//! the namespace. `nubo` itself runs inside the namespace too, to reach the guest's address.
+//!
+//! Teardown (drop), in the order that leaves nothing: destroy and undefine every domain,
+//! destroy and undefine networks (stops dnsmasq) and pools, TERM libvirtd and virtlogd by PID,
+//! delete the namespace. QEMU processes outlive libvirtd, hence domains first.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::cli::{run, Out};
+use crate::Guard;
+
+const QUICK: Duration = Duration::from_secs(120);
+/// The first connection waits for libvirtd's QEMU capability probe.
+const START: Duration = Duration::from_secs(180);
+/// The isolated network's bridge subnet (inside the namespace only).
+pub const SUBNET: &str = "192.168.150";
+
+pub struct Libvirtd {
+    dir: tempfile::TempDir,
+    pub ns: String,
+    pub uri: String,
+    libvirtd: Option<Guard>,
+}
+
+fn write(p: &Path, text: &str) -> Result<(), String> {
+    fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+impl Libvirtd {
+    /// Starts libvirtd and virtlogd in a new network namespace, with the isolated network
+    /// `default` (DHCP on `SUBNET`.0/24) started.
+    pub fn start() -> Result<Libvirtd, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("nlv")
+            .tempdir_in("/tmp")
+            .map_err(|e| format!("cannot create the libvirtd directory: {e}"))?;
+        let d = dir.path().to_path_buf();
+        let ns = format!(
+            "nubo-lv-{}",
+            d.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("x")
+                .trim_start_matches("nlv")
+        );
+        for sub in ["etc", "run", "lib", "cache", "log", "sock"] {
+            fs::create_dir_all(d.join(sub)).map_err(|e| format!("cannot create {sub}: {e}"))?;
+        }
+        let out = run(
+            Command::new("cp").arg("-a").arg("/etc/libvirt/.").arg(d.join("etc")),
+            QUICK,
+        )?;
+        out.require()?;
+        // No network of the host's configuration comes along (the test defines its own).
+        let _ = fs::remove_dir_all(d.join("etc/qemu/networks"));
+        let sock = d.join("sock");
+        write(
+            &d.join("etc/libvirtd.conf"),
+            &format!(
+                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
+                sock.display()
+            ),
+        )?;
+        write(
+            &d.join("etc/qemu.conf"),
+            "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = 0\nremember_owner = 0\n",
+        )?;
+        let mut me = Libvirtd {
+            uri: format!("qemu:///system?socket={}/libvirt-sock", sock.display()),
+            ns: ns.clone(),
+            dir,
+            libvirtd: None,
+        };
+        run(Command::new("ip").args(["netns", "add", &ns]), QUICK)?.require()?;
+        run(
+            Command::new("ip").args(["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]),
+            QUICK,
+        )?
+        .require()?;
+        fs::create_dir_all("/run/libvirt").map_err(|e| format!("cannot create /run/libvirt: {e}"))?;
+        let p = |s: &str| d.join(s).display().to_string();
+        let script = format!(
+            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
+             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
+             virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
+             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >{d}/libvirtd.out 2>&1",
+            etc = p("etc"),
+            run = p("run"),
+            lib = p("lib"),
+            cache = p("cache"),
+            log = p("log"),
+            d = d.display()
+        );
+        me.spawn(&script)?;
+        let net = d.join("net.xml");
+        write(
+            &net,
+            &format!(
+                "<network><name>default</name><bridge name='nlvbr0'/><ip address='{SUBNET}.1' netmask='255.255.255.0'><dhcp><range start='{SUBNET}.10' end='{SUBNET}.200'/></dhcp></ip></network>"
+            ),
+        )?;
+        me.virsh(&["net-define", &net.display().to_string()])?.require()?;
+        me.virsh(&["net-start", "default"])?.require()?;
+        Ok(me)
+    }
+
+    /// Runs `script` (mounts, then `exec libvirtd`) in the namespace and waits for libvirtd.
+    fn spawn(&mut self, script: &str) -> Result<(), String> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns, "sh", "-c", script]);
+        self.libvirtd = Some(Guard::spawn(&mut cmd, "libvirtd")?);
+        let t0 = Instant::now();
+        loop {
+            if self.virsh(&["version"]).is_ok_and(|o| o.ok) {
+                return Ok(());
+            }
+            if let Some(g) = self.libvirtd.as_mut() {
+                if let Some(s) = g.exited() {
+                    return Err(format!("libvirtd exited with {s}: {}", self.log()));
+                }
+            }
+            if t0.elapsed() > START {
+                return Err(format!(
+                    "libvirtd did not answer within {}s: {}",
+                    START.as_secs(),
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Stops libvirtd (SIGTERM, by PID) while its VMs keep running, and starts it again on the
+    /// same state: QEMU outlives it, and the new libvirtd reconnects to it.
+    pub fn restart(&mut self) -> Result<(), String> {
+        if let Some(mut g) = self.libvirtd.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(g.pid() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            g.wait_timeout(Duration::from_secs(30))?;
+        }
+        let d = self.dir.path().to_path_buf();
+        let p = |s: &str| d.join(s).display().to_string();
+        let script = format!(
+            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
+             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
+             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
+            etc = p("etc"),
+            run = p("run"),
+            lib = p("lib"),
+            cache = p("cache"),
+            log = p("log"),
+            d = d.display()
+        );
+        self.spawn(&script)
+    }
+
+    /// `virsh -c URI ARGS` (the tests observe libvirt with it; nubo never runs virsh).
+    pub fn virsh(&self, args: &[&str]) -> Result<Out, String> {
+        run(
+            Command::new("virsh").arg("-q").arg("-c").arg(&self.uri).args(args),
+            QUICK,
+        )
+    }
+
+    /// The command prefix that runs a program inside the namespace.
+    pub fn wrapper(&self) -> Vec<String> {
+        vec!["ip".into(), "netns".into(), "exec".into(), self.ns.clone()]
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("libvirtd.out")).unwrap_or_default()
+    }
+
+    fn names(&self, args: &[&str]) -> Vec<String> {
+        self.virsh(args)
+            .map(|o| {
+                o.stdout
+                    .lines()
+                    .map(|l| l.trim().to_owned())
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Libvirtd {
+    fn drop(&mut self) {
+        if self.libvirtd.as_mut().is_some_and(|g| g.exited().is_none()) {
+            for d in self.names(&["list", "--all", "--name"]) {
+                let _ = self.virsh(&["destroy", &d]);
+                let _ = self.virsh(&["undefine", "--nvram", "--snapshots-metadata", &d]);
+            }
+            for n in self.names(&["net-list", "--all", "--name"]) {
+                let _ = self.virsh(&["net-destroy", &n]);
+                let _ = self.virsh(&["net-undefine", &n]);
+            }
+            for p in self.names(&["pool-list", "--all", "--name"]) {
+                let _ = self.virsh(&["pool-destroy", &p]);
+                let _ = self.virsh(&["pool-undefine", &p]);
+            }
+        }
+        let pidfile = self.dir.path().join("virtlogd.pid");
+        let virtlogd = fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok());
+        if let Some(g) = self.libvirtd.as_mut() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(g.pid() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            if g.wait_timeout(Duration::from_secs(15)).is_err() {
+                eprintln!("libvirtd: killed after SIGTERM did not end it");
+            }
+        }
+        if let Some(pid) = virtlogd {
+            let pid = nix::unistd::Pid::from_raw(pid);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let t0 = Instant::now();
+            while nix::sys::signal::kill(pid, None).is_ok() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if nix::sys::signal::kill(pid, None).is_ok() {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        let _ = run(Command::new("ip").args(["netns", "delete", &self.ns]), QUICK);
+    }
+}
