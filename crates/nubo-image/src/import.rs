@@ -125,15 +125,8 @@ pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<Added, ImportEr
             default_user: None,
             hypervisor: None,
             source: ImageSource {
-                kind: SourceKind::Import,
                 url: Some(abs.display().to_string()),
-                checksum: None,
-                serial: None,
-                recipe: None,
-                source_date_epoch: None,
-                packages: None,
-                manifest: None,
-                origin: None,
+                ..ImageSource::new(SourceKind::Import)
             },
             verified: false,
             created: now(),

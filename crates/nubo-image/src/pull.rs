@@ -246,15 +246,10 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         default_user: plan.default_user,
         hypervisor: None,
         source: ImageSource {
-            kind: SourceKind::Pull,
             url: Some(plan.url),
             checksum: plan.expected.as_ref().map(ToString::to_string),
             serial: plan.serial,
-            recipe: None,
-            source_date_epoch: None,
-            packages: None,
-            manifest: None,
-            origin: None,
+            ..ImageSource::new(SourceKind::Pull)
         },
         verified: plan.expected.is_some(),
         created: now(),

@@ -65,6 +65,24 @@ pub struct ImageSource {
     pub origin: Option<Box<ImageSource>>,
 }
 
+impl ImageSource {
+    /// A source of `kind` that records nothing else yet; callers fill in what they know
+    /// (`ImageSource { url: Some(..), ..ImageSource::new(SourceKind::Pull) }`).
+    pub fn new(kind: SourceKind) -> ImageSource {
+        ImageSource {
+            kind,
+            url: None,
+            checksum: None,
+            serial: None,
+            recipe: None,
+            source_date_epoch: None,
+            packages: None,
+            manifest: None,
+            origin: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageRecord {
     /// `name:tag`, canonical (aliases resolved: `debian:bookworm` is stored as `debian:12`).

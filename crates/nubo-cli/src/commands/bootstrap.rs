@@ -78,15 +78,11 @@ pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
         default_user: Some("debian".into()),
         hypervisor: None,
         source: ImageSource {
-            kind: SourceKind::Bootstrap,
             url: Some(recipe.mirror.clone()),
-            checksum: None,
-            serial: None,
             recipe: Some(recipe.key()),
             source_date_epoch: Some(built.source_date_epoch),
             packages: Some(built.packages.clone()),
-            manifest: None,
-            origin: None,
+            ..ImageSource::new(SourceKind::Bootstrap)
         },
         verified: true,
         created: rfc3339(SystemTime::now()),

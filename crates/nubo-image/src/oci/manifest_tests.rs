@@ -29,15 +29,9 @@ fn record() -> ImageRecord {
         default_user: Some("debian".into()),
         hypervisor: None,
         source: ImageSource {
-            kind: SourceKind::Bootstrap,
             url: Some("http://deb.example/debian".into()),
-            checksum: None,
-            serial: None,
             recipe: Some("sha256:a77f".into()),
-            source_date_epoch: None,
-            packages: None,
-            manifest: None,
-            origin: None,
+            ..ImageSource::new(SourceKind::Bootstrap)
         },
         verified: true,
         created: "2026-12-02T06:31:57Z".into(),

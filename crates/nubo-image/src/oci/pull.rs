@@ -396,15 +396,11 @@ fn record(
         default_user: m.default_user.clone(),
         hypervisor: m.hypervisor.clone(),
         source: ImageSource {
-            kind: SourceKind::Oci,
             url: Some(r.to_string()),
             checksum: Some(art.disk.digest.clone()),
-            serial: None,
-            recipe: None,
-            source_date_epoch: None,
-            packages: None,
             manifest: Some(manifest_digest.to_owned()),
             origin: m.origin.clone().map(Box::new),
+            ..ImageSource::new(SourceKind::Oci)
         },
         // Every blob was checked against the manifest's digest and size.
         verified: true,
