@@ -2,40 +2,24 @@
 //! the binary, temporary roots, inputs the tests make themselves. Each test asserts the exit
 //! code, the message (object, cause, fix) and that the store holds nothing it should not.
 
+mod support;
+
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// A refused input must be refused quickly; a FIFO that blocks nubo would hang here instead.
 const DEADLINE: Duration = Duration::from_secs(60);
 
 fn command(root: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nubo"));
-    c.args(args)
-        .env("NUBO_ROOT", root.join("root"))
-        .env("NUBO_RUN_DIR", root.join("run"))
-        .env_remove("NUBO_VM_BACKEND")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
+    support::command(root, root, args)
 }
 
 /// Runs to completion, killing (by its own pid) a child that outlives [`DEADLINE`].
-fn run(mut c: Command) -> Output {
-    let mut child = c.spawn().expect("the nubo binary runs");
-    let start = Instant::now();
-    while child.try_wait().expect("waiting for nubo").is_none() {
-        if start.elapsed() > DEADLINE {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("collecting nubo's output");
-            panic!("nubo hung for {DEADLINE:?}: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("collecting nubo's output")
+fn run(c: Command) -> Output {
+    support::run_bounded(c, None, DEADLINE)
 }
 
 fn nubo(root: &Path, args: &[&str]) -> Output {

@@ -4,8 +4,10 @@
 //! exit code, a message naming the cause, that nothing is left behind, and that it ends fast.
 //! No real device is ever written: the "device" outputs are a FIFO and a symlink to /dev/null.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// Every refusal here is immediate; a run that takes longer has read or expanded something it
@@ -39,15 +41,8 @@ impl Run {
 
 fn nubo(dir: &Path, args: &[&str]) -> Run {
     let t = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_nubo"))
-        .args(args)
-        .current_dir(dir)
-        .env("NUBO_ROOT", dir.join("root"))
-        .env("NUBO_RUN_DIR", dir.join("run"))
-        .env_remove("NUBO_VM_BACKEND")
-        .stdin(Stdio::null())
-        .output()
-        .expect("the nubo binary runs");
+    // Bounded well beyond FAST, so a hang fails here and a slow refusal fails the assertion.
+    let out = support::nubo(dir, args, 6 * FAST);
     Run {
         out,
         elapsed: t.elapsed(),

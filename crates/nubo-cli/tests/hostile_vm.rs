@@ -3,9 +3,11 @@
 //! error exits 2 and a refused request 1, nothing is left behind (no VM directory, no lock
 //! file), and nothing hangs. No VM boots: every case is refused before the VMM would start.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -30,26 +32,7 @@ impl Env {
 
     /// Runs nubo, killing it if it takes longer than 20 s (a hang is a failure, not a stuck test).
     fn nubo(&self, args: &[&str]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nubo"))
-            .args(args)
-            .env("NUBO_ROOT", self.root())
-            .env("NUBO_RUN_DIR", self.run_dir())
-            .env_remove("NUBO_VM_BACKEND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the nubo binary runs");
-        let t0 = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(20) {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!("nubo {args:?} hung; stderr: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().unwrap()
+        support::nubo(self.dir.path(), args, Duration::from_secs(20))
     }
 
     fn create(&self, extra: &[&str]) -> Output {

@@ -2,9 +2,11 @@
 //! before a VM would boot, with the VMfile line or the file named, exit code 1, and nothing
 //! left behind (no VM directory, no work files, no image). Nothing hangs.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
 struct Env {
     dir: tempfile::TempDir,
@@ -27,27 +29,7 @@ impl Env {
 
     /// Runs nubo, killing it after 60 s (a hang is a failure, not a stuck test).
     fn nubo(&self, args: &[&str]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nubo"))
-            .args(args)
-            .current_dir(self.dir.path())
-            .env("NUBO_ROOT", self.root())
-            .env("NUBO_RUN_DIR", self.dir.path().join("run"))
-            .env_remove("NUBO_VM_BACKEND")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the nubo binary runs");
-        let t0 = Instant::now();
-        while child.try_wait().unwrap().is_none() {
-            if t0.elapsed() > Duration::from_secs(60) {
-                let _ = child.kill();
-                let out = child.wait_with_output().unwrap();
-                panic!("nubo {args:?} hung; stderr: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        child.wait_with_output().unwrap()
+        support::nubo(self.dir.path(), args, Duration::from_secs(60))
     }
 
     fn build(&self, vmfile: &str, extra: &[&str]) -> Output {

@@ -3,7 +3,8 @@
 //! stops every document with `file:line:col: path: message`, stdin works, deleting missing VMs
 //! is no error.
 
-use std::io::Write;
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -34,19 +35,11 @@ impl Env {
     }
 
     fn nubo_in(&self, cwd: &Path, args: &[&str], stdin: &[u8]) -> Output {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nubo"))
-            .args(args)
-            .current_dir(cwd)
-            .env("NUBO_ROOT", self.root())
-            .env("NUBO_RUN_DIR", self.run_dir())
-            .env_remove("NUBO_VM_BACKEND")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the nubo binary runs");
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        child.wait_with_output().unwrap()
+        support::run_bounded(
+            support::command(self.dir.path(), cwd, args),
+            Some(stdin),
+            std::time::Duration::from_secs(60),
+        )
     }
 
     fn nubo(&self, args: &[&str]) -> Output {
