@@ -715,7 +715,7 @@ fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
             CheckStatus::Warn
         },
         detail: format!("--accel auto picks {reason}"),
-        fix: (kvm != probe::KvmStatus::Usable).then(|| kvm.describe()),
+        fix: kvm.fix(),
         blocks: None,
     });
     let seabios = Path::new(probe::SEABIOS).is_file();

@@ -30,6 +30,23 @@ impl KvmStatus {
             KvmStatus::Broken(e) => format!("KVM_CREATE_VM failed: {e}"),
         }
     }
+
+    /// What makes KVM usable, for `nubo doctor`; `None` when it is.
+    pub fn fix(&self) -> Option<String> {
+        match self {
+            KvmStatus::Usable => None,
+            KvmStatus::Pvm => Some(
+                "nothing to do for correctness (guests run under TCG here); for KVM speed, run on a host with hardware KVM (kvm_intel or kvm_amd)".into(),
+            ),
+            KvmStatus::NoDevice => Some(
+                "enable virtualisation (VT-x/AMD-V) in the firmware, or load the module: `modprobe kvm_intel` or `modprobe kvm_amd`".into(),
+            ),
+            KvmStatus::NoPermission(_) => {
+                Some("add yourself to the `kvm` group (`sudo adduser $USER kvm`), then log in again".into())
+            }
+            KvmStatus::Broken(_) => Some("see the kernel log (`dmesg | grep -i kvm`) for why KVM refuses to create a VM".into()),
+        }
+    }
 }
 
 const KVMIO: u8 = 0xAE;
@@ -163,6 +180,22 @@ pub fn parse_version(output: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// doctor's fix is a fix, not the cause again: every unusable KVM has one of its own.
+    #[test]
+    fn every_unusable_kvm_has_a_fix_that_is_not_its_description() {
+        assert_eq!(KvmStatus::Usable.fix(), None);
+        for k in [
+            KvmStatus::Pvm,
+            KvmStatus::NoDevice,
+            KvmStatus::NoPermission("Permission denied".into()),
+            KvmStatus::Broken("EINVAL".into()),
+        ] {
+            let fix = k.fix().unwrap();
+            assert_ne!(fix, k.describe());
+            assert!(!k.describe().contains(&fix), "{fix}");
+        }
+    }
 
     #[test]
     fn resolve_accel_auto_on_pvm_is_tcg_with_reason() {
