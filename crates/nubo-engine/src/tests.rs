@@ -503,8 +503,9 @@ fn microvm_spec(t: &T) -> VmSpec {
     s
 }
 
-#[test]
-fn plan_microvm_workload_picks_cloud_hypervisor() {
+/// The test root's qemu beside a cloud-hypervisor (alias `ch`), both able to boot a microVM:
+/// the engine the selection tests plan with.
+fn qemu_and_cloud_hypervisor() -> (T, Engine) {
     let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
     let ch = FakeBackend::new("cloud-hypervisor")
         .with_aliases(&["ch"])
@@ -514,6 +515,12 @@ fn plan_microvm_workload_picks_cloud_hypervisor() {
         Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
         None,
     );
+    (t, engine)
+}
+
+#[test]
+fn plan_microvm_workload_picks_cloud_hypervisor() {
+    let (t, engine) = qemu_and_cloud_hypervisor();
 
     let plan = engine.dry_run(&microvm_spec(&t)).unwrap();
 
@@ -539,15 +546,7 @@ fn plan_kernel_boot_on_default_machine_keeps_qemu() {
 
 #[test]
 fn plan_microvm_restricted_network_passes_cloud_hypervisor_over_for_qemu() {
-    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
-    let ch = FakeBackend::new("cloud-hypervisor")
-        .with_aliases(&["ch"])
-        .with_caps(micro_caps());
-    let engine = Engine::new(
-        t.engine.roots.clone(),
-        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
-        None,
-    );
+    let (t, engine) = qemu_and_cloud_hypervisor();
     let mut s = microvm_spec(&t);
     s.network = Network::Restricted;
 
@@ -559,15 +558,7 @@ fn plan_microvm_restricted_network_passes_cloud_hypervisor_over_for_qemu() {
 
 #[test]
 fn plan_microvm_network_none_picks_cloud_hypervisor_without_a_network() {
-    let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
-    let ch = FakeBackend::new("cloud-hypervisor")
-        .with_aliases(&["ch"])
-        .with_caps(micro_caps());
-    let engine = Engine::new(
-        t.engine.roots.clone(),
-        Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
-        None,
-    );
+    let (t, engine) = qemu_and_cloud_hypervisor();
     let mut s = microvm_spec(&t);
     s.network = Network::None;
 
