@@ -334,12 +334,32 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<SeedDevice>, BackendError> {
         Ok(None)
     }
+    /// For a backend that keeps the VM's OS disk itself (a libvirt storage volume): makes it, a
+    /// thin qcow2 of `size` bytes over `spec.disk.base` (as `spec.disk.base_format`, which the
+    /// engine has inspected), and returns its path, which becomes `spec.disk.overlay`. `state`
+    /// is what [`define`](Self::define) returned; [`destroy`](Self::destroy) deletes the disk.
+    /// Called at create after `define`. The default (`None`) lets the engine write its own
+    /// overlay, `disk.qcow2` in the VM's directory.
+    fn store_disk(
+        &self,
+        _spec: &MachineSpec,
+        _state: &serde_json::Value,
+        _size: u64,
+    ) -> Result<Option<PathBuf>, BackendError> {
+        Ok(None)
+    }
     /// Makes the backend's per-VM files (a UEFI variable store, say) and returns its state,
     /// which the engine records. Called once, at create, after the disk and seed exist.
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError>;
     /// Starts the VM; returns once the VMM is running (not the guest). May update `state`
     /// (a re-chosen port), which the engine records.
     fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError>;
+    /// The launch description as the VMM holds it now (libvirt: the domain XML read fresh),
+    /// for `vm inspect`. `None` when the backend has nothing fresher than what
+    /// [`boot`](Self::boot) returned and the engine recorded.
+    fn launch_now(&self, _vm: &VmRef) -> Option<Result<Launch, BackendError>> {
+        None
+    }
     /// Derived from the VMM itself (process, QMP, API), never from a record.
     fn state(&self, vm: &VmRef) -> Result<VmState, BackendError>;
     /// Whether the VMM is up, cheaply enough to ask every few milliseconds while waiting.

@@ -3,7 +3,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nubo_core::ByteSize;
 
@@ -54,6 +54,26 @@ fn overlay(
     virtual_size: Option<u64>,
     sync: Sync,
 ) -> Result<(), DiskError> {
+    let (base_abs, size) = overlay_base(base, base_format, virtual_size)?;
+    let name = base_abs
+        .to_str()
+        .ok_or_else(|| DiskError::NonUtf8Path(base_abs.clone()))?;
+    let layout = layout(
+        size,
+        Some(BackingRef {
+            name,
+            driver: base_format.qemu_driver(),
+        }),
+    )?;
+    write_new(out, &layout, sync)
+}
+
+/// The checks [`create_overlay`] makes of `base` before writing, for a caller whose overlay
+/// is made by another program (libvirt's storage driver): the base, resolved, must pass the
+/// untrusted inspector as `base_format`, be usable as a base and not be encrypted. Returns its
+/// absolute path and the overlay's virtual size: `virtual_size`, which may only grow the
+/// base's, or the base's own rounded up to whole sectors.
+pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>) -> Result<(PathBuf, u64), DiskError> {
     let base_abs = fs::canonicalize(base).map_err(|e| DiskError::io("resolve", base, e))?;
     let info = inspect_as(&base_abs, base_format)?;
     if info.usage != Usage::Base {
@@ -76,17 +96,7 @@ fn overlay(
         }
         Some(s) => s,
     };
-    let name = base_abs
-        .to_str()
-        .ok_or_else(|| DiskError::NonUtf8Path(base_abs.clone()))?;
-    let layout = layout(
-        size,
-        Some(BackingRef {
-            name,
-            driver: base_format.qemu_driver(),
-        }),
-    )?;
-    write_new(out, &layout, sync)
+    Ok((base_abs, size))
 }
 
 /// Creates `out`, an empty qcow2 v3 image of `virtual_size` bytes (a multiple of 512) with no
@@ -233,6 +243,26 @@ mod tests {
 
         assert_eq!(err.kind(), nubo_core::ErrorKind::AlreadyExists);
         assert_eq!(fs::read(&out).unwrap(), b"precious");
+    }
+
+    #[test]
+    fn overlay_base_raw_rounds_size_up_to_sectors_and_resolves_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 1000);
+
+        let (abs, size) = overlay_base(&dir.path().join(".").join("base.raw"), Format::Raw, None).unwrap();
+
+        assert_eq!((abs, size), (fs::canonicalize(&base).unwrap(), 1024));
+    }
+
+    #[test]
+    fn overlay_base_declared_format_mismatch_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = raw(dir.path(), 4096);
+
+        let err = overlay_base(&base, Format::Qcow2, Some(1 << 20)).unwrap_err();
+
+        assert!(matches!(err, DiskError::FormatMismatch { .. }), "{err}");
     }
 
     #[test]

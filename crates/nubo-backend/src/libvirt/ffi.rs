@@ -73,6 +73,7 @@ struct Api {
     vol_lookup_by_name: unsafe extern "C" fn(Ptr, *const c_char) -> Ptr,
     vol_create_xml: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> Ptr,
     vol_get_path: unsafe extern "C" fn(Ptr) -> *mut c_char,
+    vol_get_xml_desc: unsafe extern "C" fn(Ptr, c_uint) -> *mut c_char,
     vol_upload: unsafe extern "C" fn(Ptr, Ptr, c_ulonglong, c_ulonglong, c_uint) -> c_int,
     vol_download: unsafe extern "C" fn(Ptr, Ptr, c_ulonglong, c_ulonglong, c_uint) -> c_int,
     vol_delete: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
@@ -179,6 +180,7 @@ fn load() -> Result<Api, String> {
         vol_lookup_by_name: sym!(lib, "virStorageVolLookupByName"),
         vol_create_xml: sym!(lib, "virStorageVolCreateXML"),
         vol_get_path: sym!(lib, "virStorageVolGetPath"),
+        vol_get_xml_desc: sym!(lib, "virStorageVolGetXMLDesc"),
         vol_upload: sym!(lib, "virStorageVolUpload"),
         vol_download: sym!(lib, "virStorageVolDownload"),
         vol_delete: sym!(lib, "virStorageVolDelete"),
@@ -759,6 +761,12 @@ impl StorageVol {
     pub fn path(&self) -> Result<String, VirtError> {
         // SAFETY: live volume.
         take_string(self.api, unsafe { (self.api.vol_get_path)(self.ptr) })
+    }
+
+    /// The volume's XML as libvirt describes it (format, capacity, backing store).
+    pub fn xml(&self) -> Result<String, VirtError> {
+        // SAFETY: live volume; flags 0 (none are defined).
+        take_string(self.api, unsafe { (self.api.vol_get_xml_desc)(self.ptr, 0) })
     }
 
     pub fn delete(&self) -> Result<(), VirtError> {

@@ -76,6 +76,10 @@ pub struct LibvirtState {
     /// The forwarded SSH port of user-mode networking.
     pub ssh_port: Option<u16>,
     pub seed_volume: Option<String>,
+    /// The verified base the OS disk volume `<domain>.qcow2` sits on: in a pool other than
+    /// nubo's own, a volume of that name is nubo's only when this is its backing store.
+    #[serde(default)]
+    pub base: Option<PathBuf>,
     pub console_log: PathBuf,
     /// Whether the network must be restricted (user-mode `restrict=on`).
     #[serde(default)]
@@ -234,6 +238,7 @@ impl LibvirtBackend {
         spec: &'a MachineSpec,
         st: &'a LibvirtState,
         uuid: Option<&'a str>,
+        os_disk: bool,
     ) -> Result<DomainParams<'a>, BackendError> {
         let machine = machine_of(spec)?;
         let seed = match (&spec.seed, &st.seed_volume) {
@@ -273,6 +278,7 @@ impl LibvirtBackend {
             virt_type: virt_type(),
             machine,
             seed,
+            os_disk,
             net,
             console_log: &st.console_log,
             dac: system.then(caller),
@@ -295,6 +301,7 @@ impl LibvirtBackend {
             mac: None,
             ssh_port: None,
             seed_volume: Some(render::seed_volume_name(vm.name)),
+            base: None,
             console_log: vm.vm_dir.join("console.log"),
             restrict: false,
         })
@@ -429,6 +436,16 @@ impl Backend for LibvirtBackend {
             }
         }
         self.own_domain(&conn, &spec.name, &spec.vm_dir)?;
+        let pool = pool_of(spec);
+        let disk = render::disk_volume_name(&spec.name);
+        if let Some(p) = conn.pool(&pool).map_err(remote(format!("looking up pool `{pool}`")))? {
+            let _ = p.refresh();
+            if let Some(v) = p.volume(&disk).map_err(remote(format!("looking up volume `{disk}`")))? {
+                if !disk_is_ours(&v, &pool, &spec.vm_dir, Some(&spec.disk.base), &disk)? {
+                    return Err(foreign_disk(&disk, &pool));
+                }
+            }
+        }
         Ok(notes)
     }
 
@@ -455,11 +472,14 @@ impl Backend for LibvirtBackend {
             mac: None,
             ssh_port,
             seed_volume: None,
+            base: Some(spec.disk.base.clone()),
             console_log: spec.vm_dir.join("console.log"),
             restrict,
         };
         drop(pool);
-        let xml = render::domain(spec, &self.params(spec, &st, None)?);
+        // Without the OS disk: its volume is made next (`store_disk`), once this state naming
+        // the pool is recorded, so a create killed after it finds and deletes the volume.
+        let xml = render::domain(spec, &self.params(spec, &st, None, false)?);
         let dom = self.define_xml(&conn, &xml, &spec.name)?;
         let uuid = dom.uuid().map_err(remote(format!("domain `{}`", spec.name)))?;
         let info = xml::parse_domain(
@@ -475,6 +495,44 @@ impl Backend for LibvirtBackend {
             uuid,
             state: serde_json::to_value(&st).expect("state serialises"),
         }))
+    }
+
+    fn store_disk(
+        &self,
+        spec: &MachineSpec,
+        state: &serde_json::Value,
+        size: u64,
+    ) -> Result<Option<PathBuf>, BackendError> {
+        let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
+            name: spec.name.clone(),
+            detail: e.to_string(),
+        })?;
+        let conn = connect(&st.uri)?;
+        let pool = self.ensure_pool(&conn, spec)?;
+        let name = render::disk_volume_name(&spec.name);
+        // A volume of ours left by a killed create is replaced; anyone else's is refused.
+        if let Some(old) = pool
+            .volume(&name)
+            .map_err(remote(format!("looking up volume `{name}`")))?
+        {
+            if !disk_is_ours(&old, &st.pool, &spec.vm_dir, Some(&spec.disk.base), &name)? {
+                return Err(foreign_disk(&name, &st.pool));
+            }
+            old.delete()
+                .map_err(remote(format!("deleting the stale disk volume `{name}`")))?;
+        }
+        let xml = render::disk_volume(&name, size, &spec.disk.base, &spec.disk.base_format, caller());
+        let vol = pool
+            .create_volume(&xml)
+            .map_err(remote(format!("creating disk volume `{name}` in pool `{}`", st.pool)))?;
+        let path = match vol.path() {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = vol.delete();
+                return Err(remote(format!("volume `{name}`"))(e));
+            }
+        };
+        Ok(Some(PathBuf::from(path)))
     }
 
     fn store_seed(
@@ -550,11 +608,12 @@ impl Backend for LibvirtBackend {
                 .as_ref()
                 .filter(|s| s.format == SeedFormat::Iso)
                 .map(|_| render::seed_volume_name(&spec.name)),
+            base: Some(spec.disk.base.clone()),
             console_log: spec.vm_dir.join("console.log"),
             restrict,
         };
-        // The redefine carries the UUID libvirt assigned, and the seed CD-ROM.
-        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid))?);
+        // The redefine carries the UUID libvirt assigned, the OS disk and the seed CD-ROM.
+        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid), true)?);
         self.define_xml(&conn, &xml, &spec.name)?;
         Ok(serde_json::to_value(&st).expect("state serialises"))
     }
@@ -591,7 +650,7 @@ impl Backend for LibvirtBackend {
                 .map_err(BackendError::io(format!("rotating {}", st.console_log.display())))?;
         }
         // Redefined on every boot from the recorded machine: the XML is nubo's, always.
-        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid))?);
+        let xml = render::domain(spec, &self.params(spec, &st, Some(&spec.uuid), true)?);
         let dom = self.define_xml(&conn, &xml, &spec.name)?;
         // Snapshots whose metadata libvirt lost come back from their saved XML.
         redefine_snapshots(&dom, &spec.vm_dir, &spec.uuid)?;
@@ -675,6 +734,17 @@ impl Backend for LibvirtBackend {
             {
                 v.delete().map_err(remote(format!("deleting seed volume `{name}`")))?;
             }
+            // The OS disk, with its internal snapshots; never a volume of that name nubo did
+            // not make (the base it sits on is outside the pool and never touched).
+            let disk = render::disk_volume_name(vm.name);
+            if let Some(v) = pool
+                .volume(&disk)
+                .map_err(remote(format!("looking up volume `{disk}`")))?
+            {
+                if disk_is_ours(&v, &st.pool, vm.vm_dir, st.base.as_deref(), &disk)? {
+                    v.delete().map_err(remote(format!("deleting disk volume `{disk}`")))?;
+                }
+            }
         }
         Ok(())
     }
@@ -727,7 +797,7 @@ impl Backend for LibvirtBackend {
         }
     }
 
-    fn snapshot_create(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
+    fn snapshot_create(&self, vm: &VmRef, spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
         let (_, dom) = self.domain_of(vm)?;
         let running = dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped;
         let t0 = Instant::now();
@@ -738,18 +808,30 @@ impl Backend for LibvirtBackend {
         let xml = snap.xml().map_err(remote(format!("snapshot `{name}`")))?;
         save_snapshot_xml(vm.vm_dir, name, &xml)?;
         Ok(SnapshotTaken {
-            snapshot: backend_snapshot(&xml, vm.name)?,
+            snapshot: backend_snapshot(&xml, vm.name, &state_sizes(vm.name, &spec.disk.overlay))?,
             frozen,
         })
     }
 
-    fn snapshot_list(&self, vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
+    fn snapshot_list(&self, vm: &VmRef, spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
         let (_, dom) = self.domain_of(vm)?;
+        let sizes = state_sizes(vm.name, &spec.disk.overlay);
         dom.snapshots()
             .map_err(remote(format!("snapshots of domain `{}`", vm.name)))?
             .iter()
-            .map(|x| backend_snapshot(x, vm.name))
+            .map(|x| backend_snapshot(x, vm.name, &sizes))
             .collect()
+    }
+
+    fn launch_now(&self, vm: &VmRef) -> Option<Result<Launch, BackendError>> {
+        // Flags 0: the live XML of a running domain (with what libvirt added: its id, device
+        // aliases and addresses, seclabels), else the persistent one. Never
+        // VIR_DOMAIN_XML_SECURE: nothing secret is printed.
+        Some(self.domain_of(vm).and_then(|(_, dom)| {
+            dom.xml(0)
+                .map(Launch::Xml)
+                .map_err(remote(format!("domain `{}`", vm.name)))
+        }))
     }
 
     fn snapshot_delete(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<(), BackendError> {
@@ -835,6 +917,36 @@ impl Backend for LibvirtBackend {
     }
 }
 
+/// Whether `vol` (named `name`, in `pool`) is an OS disk nubo made for the VM of `vm_dir`:
+/// every volume of nubo's own pool is; in another pool (`--pool`), only one whose backing store
+/// is the VM's base (`virt-install` names its disks `<domain>.qcow2` too).
+fn disk_is_ours(
+    vol: &ffi::StorageVol,
+    pool: &str,
+    vm_dir: &Path,
+    base: Option<&Path>,
+    name: &str,
+) -> Result<bool, BackendError> {
+    if pool == own_pool_name(vm_dir) {
+        return Ok(true);
+    }
+    let Some(base) = base else {
+        return Ok(false);
+    };
+    let xml = vol.xml().map_err(remote(format!("volume `{name}`")))?;
+    let backing = xml::volume_backing(&xml).map_err(|e| BackendError::Remote {
+        what: format!("volume `{name}`"),
+        detail: e,
+    })?;
+    Ok(backing.is_some_and(|b| Path::new(&b) == base))
+}
+
+fn foreign_disk(name: &str, pool: &str) -> BackendError {
+    BackendError::InvalidSpec(format!(
+        "libvirt storage pool `{pool}` already holds a volume `{name}` that nubo did not make for this VM: nubo never replaces or deletes it; choose another VM name or pool, or delete the volume yourself (virsh vol-delete --pool {pool} {name})"
+    ))
+}
+
 fn snapshot_xml_path(vm_dir: &Path, name: &str) -> PathBuf {
     vm_dir.join("snapshots").join(format!("{name}.xml"))
 }
@@ -848,14 +960,26 @@ fn save_snapshot_xml(vm_dir: &Path, name: &str, xml: &str) -> Result<(), Backend
     nubo_core::write_atomic(&path, xml.as_bytes()).map_err(BackendError::io(format!("writing {}", path.display())))
 }
 
-fn backend_snapshot(xml: &str, vm: &str) -> Result<BackendSnapshot, BackendError> {
+/// Each internal snapshot's saved VM-state size, from the OS disk's own qcow2 snapshot table
+/// (libvirt's snapshot XML does not carry it), read in-process and read-only while QEMU may
+/// hold the disk open. Empty when the disk cannot be read from this host (a remote URI).
+fn state_sizes(vm: &str, disk: &Path) -> Vec<(String, u64)> {
+    crate::qemu::snapshot::table(vm, disk)
+        .map(|t| t.into_iter().map(|s| (s.name, s.vm_state_size)).collect())
+        .unwrap_or_default()
+}
+
+/// A snapshot as libvirt describes it, with its VM-state size from `sizes` (the table's last
+/// entry of that name: the newest).
+fn backend_snapshot(xml: &str, vm: &str, sizes: &[(String, u64)]) -> Result<BackendSnapshot, BackendError> {
     let info = xml::parse_snapshot(xml).map_err(|e| BackendError::Remote {
         what: format!("a snapshot of domain `{vm}`"),
         detail: e,
     })?;
+    let vm_state_size = sizes.iter().rev().find(|(n, _)| *n == info.name).map_or(0, |(_, s)| *s);
     Ok(BackendSnapshot {
         has_memory: info.has_memory(),
-        vm_state_size: 0,
+        vm_state_size,
         created: info
             .created
             .map(|t| humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(t)).to_string()),
@@ -1160,6 +1284,73 @@ mod tests_unit {
     #[test]
     fn socket_of_remote_uri_is_none() {
         assert_eq!(socket_of("qemu+ssh://host/system", 0), None);
+    }
+
+    /// A 1 GiB qcow2 v3 image whose snapshot table (at cluster 1) holds `(name, vm_state_size)`
+    /// entries, built by hand as QEMU lays them out (docs/interop/qcow2.txt, "Snapshots").
+    fn qcow2_with_snapshots(snaps: &[(&str, u64)]) -> Vec<u8> {
+        let l = nubo_disk::layout::layout(1 << 30, None).unwrap();
+        let mut img = vec![0u8; l.len.max(3 << 16) as usize];
+        for (at, bytes) in &l.writes {
+            img[*at as usize..*at as usize + bytes.len()].copy_from_slice(bytes);
+        }
+        let mut table = Vec::new();
+        for (i, (name, state)) in snaps.iter().enumerate() {
+            let id = (i + 1).to_string();
+            let mut e = vec![0u8; 40];
+            e[12..14].copy_from_slice(&(id.len() as u16).to_be_bytes());
+            e[14..16].copy_from_slice(&(name.len() as u16).to_be_bytes());
+            e[16..20].copy_from_slice(&1_764_700_000u32.to_be_bytes());
+            e[36..40].copy_from_slice(&16u32.to_be_bytes());
+            e.extend_from_slice(&state.to_be_bytes());
+            e.extend_from_slice(&(1u64 << 30).to_be_bytes());
+            e.extend_from_slice(id.as_bytes());
+            e.extend_from_slice(name.as_bytes());
+            e.resize(e.len().next_multiple_of(8), 0);
+            table.extend(e);
+        }
+        img[60..64].copy_from_slice(&(snaps.len() as u32).to_be_bytes());
+        img[64..72].copy_from_slice(&(1u64 << 16).to_be_bytes());
+        img[1 << 16..(1 << 16) + table.len()].copy_from_slice(&table);
+        img
+    }
+
+    const SNAP_S1: &str = "<domainsnapshot>\n  <name>s1</name>\n  <state>running</state>\n  <creationTime>1764700000</creationTime>\n</domainsnapshot>\n";
+
+    #[test]
+    fn state_sizes_reads_the_disks_snapshot_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("web.qcow2");
+        std::fs::write(&disk, qcow2_with_snapshots(&[("s0", 0), ("s1", 287 << 20)])).unwrap();
+
+        let sizes = state_sizes("web", &disk);
+
+        assert_eq!(sizes, vec![("s0".to_owned(), 0), ("s1".to_owned(), 287 << 20)]);
+    }
+
+    #[test]
+    fn state_sizes_unreadable_disk_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+
+        let sizes = state_sizes("web", &dir.path().join("absent.qcow2"));
+
+        assert!(sizes.is_empty());
+    }
+
+    #[test]
+    fn backend_snapshot_takes_the_newest_table_entry_of_its_name() {
+        let sizes = vec![("s1".to_owned(), 100), ("s2".to_owned(), 7), ("s1".to_owned(), 300)];
+
+        let s = backend_snapshot(SNAP_S1, "web", &sizes).unwrap();
+
+        assert_eq!((s.name.as_str(), s.has_memory, s.vm_state_size), ("s1", true, 300));
+    }
+
+    #[test]
+    fn backend_snapshot_absent_from_table_is_zero() {
+        let s = backend_snapshot(SNAP_S1, "web", &[]).unwrap();
+
+        assert_eq!(s.vm_state_size, 0);
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct DomainParams<'a> {
     pub virt_type: &'a str,
     pub machine: Machine,
     pub seed: Option<SeedSource>,
+    /// Whether the OS disk (`spec.disk.overlay`) is attached: not on the first define, which
+    /// comes before the disk volume exists (it is made once the pool is recorded, so a killed
+    /// create finds and deletes it).
+    pub os_disk: bool,
     pub net: Net,
     pub console_log: &'a Path,
     /// A static DAC label (`uid`, `gid`) with `relabel='no'`: QEMU runs as the caller and
@@ -148,13 +152,15 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
     );
     x.push_str("  <devices>\n");
     // The base is spelled out with its proven format: libvirt and QEMU never probe it.
-    let _ = writeln!(
+    if d.os_disk {
+        let _ = writeln!(
         x,
         "    <disk type='file' device='disk'>\n      <driver name='qemu' type='qcow2' discard='unmap'/>\n      <source file='{}'/>\n      <backingStore type='file'>\n        <format type='{}'/>\n        <source file='{}'/>\n        <backingStore/>\n      </backingStore>\n      <target dev='vda' bus='virtio'/>\n    </disk>",
         p(&spec.disk.overlay),
         escape(&spec.disk.base_format),
         p(&spec.disk.base)
-    );
+        );
+    }
     match &d.seed {
         Some(SeedSource::Volume { pool, volume }) => {
             let target = match d.machine {
@@ -238,6 +244,25 @@ pub fn seed_volume(name: &str, len: u64, owner: (u32, u32)) -> String {
         owner.0,
         owner.1
     )
+}
+
+/// The OS disk volume: a thin qcow2 of `capacity` bytes over `base` (outside the pool, so named
+/// with its proven `base_format`: libvirt's `qemu-img create` never probes it), 0600 owned by
+/// `owner` (QEMU runs as it).
+pub fn disk_volume(name: &str, capacity: u64, base: &Path, base_format: &str, owner: (u32, u32)) -> String {
+    format!(
+        "<volume type='file'>\n  <name>{}</name>\n  <capacity unit='bytes'>{capacity}</capacity>\n  <allocation unit='bytes'>0</allocation>\n  <target>\n    <format type='qcow2'/>\n    <permissions>\n      <owner>{}</owner>\n      <group>{}</group>\n      <mode>0600</mode>\n    </permissions>\n  </target>\n  <backingStore>\n    <path>{}</path>\n    <format type='{}'/>\n  </backingStore>\n</volume>\n",
+        escape(name),
+        owner.0,
+        owner.1,
+        p(base),
+        escape(base_format)
+    )
+}
+
+/// The OS disk volume's name for domain `name`.
+pub fn disk_volume_name(name: &str) -> String {
+    format!("{name}.qcow2")
 }
 
 /// The seed volume's name for domain `name`.

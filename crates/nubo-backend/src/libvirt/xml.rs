@@ -58,6 +58,18 @@ pub fn parse_domain(xml: &str) -> Result<DomainInfo, String> {
     Ok(info)
 }
 
+/// The path of a storage volume's backing store, from the volume's XML (`None`: it has none).
+pub fn volume_backing(xml: &str) -> Result<Option<String>, String> {
+    let doc = roxmltree::Document::parse(xml).map_err(|e| format!("libvirt returned unreadable volume XML: {e}"))?;
+    Ok(doc
+        .root_element()
+        .children()
+        .find(|n| n.has_tag_name("backingStore"))
+        .and_then(|b| b.children().find(|n| n.has_tag_name("path")))
+        .and_then(|n| n.text())
+        .map(|t| t.trim().to_owned()))
+}
+
 /// What nubo needs from a snapshot's XML.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotInfo {

@@ -12,7 +12,7 @@ fn spec(boot: Boot) -> MachineSpec {
         vcpus: 2,
         memory_mib: 1024,
         disk: Disk {
-            overlay: "/var/lib/nubo/vms/web/disk.qcow2".into(),
+            overlay: "/var/lib/nubo/libvirt-pool/web.qcow2".into(),
             base: "/var/lib/nubo/images/blobs/abc.qcow2".into(),
             base_format: "qcow2".into(),
         },
@@ -39,6 +39,7 @@ fn params(machine: Machine, net: Net, seed: bool) -> DomainParams<'static> {
             pool: "nubo-1234abcd".into(),
             volume: "web-cidata.iso".into(),
         }),
+        os_disk: true,
         net,
         console_log: Path::new("/var/lib/nubo/vms/web/console.log"),
         dac: None,
@@ -104,6 +105,7 @@ fn domain_first_define_has_no_uuid_seed_or_mac_golden() {
         false,
     );
     p.uuid = None;
+    p.os_disk = false;
 
     let xml = domain(&spec(bios()), &p);
 
@@ -188,6 +190,54 @@ fn parse_domain_refuses_dtd_entities() {
 #[test]
 fn seed_volume_golden() {
     golden("seed-volume", &seed_volume("web-cidata.iso", 374784, (0, 0)));
+}
+
+#[test]
+fn disk_volume_golden() {
+    golden(
+        "disk-volume",
+        &disk_volume(
+            "web.qcow2",
+            20 << 30,
+            Path::new("/var/lib/nubo/images/blobs/abc.qcow2"),
+            "qcow2",
+            (1000, 1000),
+        ),
+    );
+}
+
+#[test]
+fn disk_volume_backing_reads_back_hostile_path() {
+    let base = Path::new("/x/a'</path><path>/etc/shadow");
+
+    let xml = disk_volume("web.qcow2", 1 << 30, base, "raw", (0, 0));
+
+    assert_eq!(
+        crate::libvirt::xml::volume_backing(&xml).unwrap().as_deref(),
+        Some("/x/a'</path><path>/etc/shadow")
+    );
+}
+
+#[test]
+fn volume_backing_absent_is_none() {
+    let xml = seed_volume("web-cidata.iso", 4096, (0, 0));
+
+    assert_eq!(crate::libvirt::xml::volume_backing(&xml).unwrap(), None);
+}
+
+#[test]
+fn disk_volume_name_is_domain_dot_qcow2() {
+    assert_eq!(disk_volume_name("web"), "web.qcow2");
+}
+
+#[test]
+fn domain_disk_source_is_the_specs_overlay() {
+    let mut s = spec(bios());
+    s.disk.overlay = "/srv/pools/fast/web.qcow2".into();
+
+    let xml = domain(&s, &params(Machine::Pc, net(), true));
+
+    assert!(xml.contains("<source file='/srv/pools/fast/web.qcow2'/>"), "{xml}");
 }
 
 #[test]
