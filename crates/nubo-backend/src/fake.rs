@@ -32,9 +32,13 @@ pub struct FakeBackend {
     /// Each VM's snapshot table (by UUID), as an overlay's would be.
     pub snapshots: Arc<Mutex<HashMap<String, Vec<BackendSnapshot>>>>,
     /// When set, the backend assigns VMs this UUID in `define` (as libvirt does) and keeps
-    /// the seed itself (`store_seed`), recording its bytes here.
+    /// the seed itself (`store_seed`), recording its bytes here, and the OS disk
+    /// (`store_disk`, at `/pool/<name>.qcow2`), recording its size and base.
     pub assigns_uuid: Option<&'static str>,
     pub stored_seed: Arc<Mutex<Option<Vec<u8>>>>,
+    pub stored_disk: Arc<Mutex<Option<(u64, std::path::PathBuf)>>>,
+    /// What `launch_now` answers: `None` (nothing fresher), the XML, or an error's detail.
+    pub launch_now: Arc<Mutex<Option<Result<String, String>>>>,
 }
 
 impl FakeBackend {
@@ -55,6 +59,8 @@ impl FakeBackend {
             snapshots: Arc::new(Mutex::new(HashMap::new())),
             assigns_uuid: None,
             stored_seed: Arc::new(Mutex::new(None)),
+            stored_disk: Arc::new(Mutex::new(None)),
+            launch_now: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -141,6 +147,20 @@ impl Backend for FakeBackend {
         }))
     }
 
+    fn store_disk(
+        &self,
+        spec: &MachineSpec,
+        _state: &serde_json::Value,
+        size: u64,
+    ) -> Result<Option<std::path::PathBuf>, BackendError> {
+        if self.assigns_uuid.is_none() {
+            return Ok(None);
+        }
+        self.note("store_disk", &spec.name);
+        *self.stored_disk.lock().expect("not poisoned") = Some((size, spec.disk.base.clone()));
+        Ok(Some(format!("/pool/{}.qcow2", spec.name).into()))
+    }
+
     fn store_seed(
         &self,
         spec: &MachineSpec,
@@ -223,6 +243,15 @@ impl Backend for FakeBackend {
         self.set(vm.uuid, VmState::Stopped);
         Ok(())
     }
+    fn launch_now(&self, _vm: &VmRef) -> Option<Result<crate::Launch, BackendError>> {
+        self.launch_now.lock().expect("not poisoned").clone().map(|r| {
+            r.map(crate::Launch::Xml).map_err(|detail| BackendError::Remote {
+                what: "the fake daemon".into(),
+                detail,
+            })
+        })
+    }
+
     fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.note("destroy", vm.name);
         self.vms.lock().expect("not poisoned").remove(vm.uuid);

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 pub use create::Created;
 pub use error::EngineError;
-pub use lifecycle::VmStatus;
+pub use lifecycle::{LaunchSource, LaunchView, VmStatus};
 pub use plan::Plan;
 pub use readiness::{Failure, Outcome, Phase, ReadinessError, WaitFor};
 pub use record::VmRecord;

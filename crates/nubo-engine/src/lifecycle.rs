@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nubo_backend::{Backend, ConsoleLog, ConsoleStream, Reach, StopMode};
+use nubo_backend::{Backend, ConsoleLog, ConsoleStream, Launch, Reach, StopMode};
 use nubo_core::state::Verb;
 use nubo_core::VmState;
 use serde::Serialize;
@@ -16,6 +16,24 @@ use serde::Serialize;
 use crate::readiness::{self, Outcome, Probes, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
+
+/// Where `vm inspect`'s launch description comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LaunchSource {
+    /// Read from the backend just now (libvirt's domain XML).
+    Backend,
+    /// Recorded at the VM's last boot.
+    Record,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LaunchView {
+    pub launch: Option<Launch>,
+    pub source: LaunchSource,
+    /// Why the recorded description is shown although the backend has a fresher one.
+    pub note: Option<String>,
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct VmStatus {
@@ -194,6 +212,30 @@ impl Engine {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// The VM's launch description for `vm inspect`: read from the backend now when it has a
+    /// fresher one than the record (libvirt's domain XML), else the one recorded at the last
+    /// boot; when the backend cannot answer, the recorded one with a note saying why.
+    pub fn launch(&self, rec: &VmRecord) -> Result<LaunchView, EngineError> {
+        let dir = self.roots.vm_dir(&rec.name);
+        let recorded = |note| LaunchView {
+            launch: rec.launch.clone(),
+            source: LaunchSource::Record,
+            note,
+        };
+        Ok(match self.backend_of(rec)?.launch_now(&rec.vm_ref(&dir)) {
+            None => recorded(None),
+            Some(Ok(launch)) => LaunchView {
+                launch: Some(launch),
+                source: LaunchSource::Backend,
+                note: None,
+            },
+            Some(Err(e)) => recorded(Some(format!(
+                "the {} backend could not describe vm `{}` now ({e}): showing the launch description recorded at its last boot",
+                rec.backend, rec.name
+            ))),
+        })
     }
 
     /// Where SSH reaches the VM, from its backend.

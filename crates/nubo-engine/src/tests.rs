@@ -90,7 +90,13 @@ fn create_backend_assigned_uuid_is_the_vm_uuid_and_seed_instance_id() {
     assert_eq!(c.record.machine.uuid, c.record.uuid);
     assert_eq!(
         t.fake.calls(),
-        vec!["define web", "store_seed web", "prepare web", "boot web"]
+        vec![
+            "define web",
+            "store_disk web",
+            "store_seed web",
+            "prepare web",
+            "boot web"
+        ]
     );
     let seed = t.fake.stored_seed.lock().unwrap().clone().unwrap();
     let files = nubo_seed::read(&seed).unwrap();
@@ -102,11 +108,46 @@ fn create_backend_assigned_uuid_is_the_vm_uuid_and_seed_instance_id() {
     );
     assert!(meta.contains("local-hostname: web"), "{meta}");
     let dir = t.engine.roots.vm_dir("web");
-    assert_eq!(entries(&dir), vec!["disk.qcow2", "vm.json"]);
+    assert_eq!(entries(&dir), vec!["vm.json"]);
     assert_eq!(
         c.record.machine.seed.as_ref().unwrap().path,
         PathBuf::from("/pool/web-cidata.iso")
     );
+}
+
+#[test]
+fn create_backend_stored_disk_is_the_vms_disk_at_the_bases_size() {
+    let t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
+
+    let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+
+    assert_eq!(c.record.machine.disk.overlay, PathBuf::from("/pool/web.qcow2"));
+    assert_eq!(*t.fake.stored_disk.lock().unwrap(), Some((64 << 20, t.disk.clone())));
+}
+
+#[test]
+fn create_backend_stored_disk_takes_a_larger_disk_size() {
+    let t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
+    let mut s = spec(&t, "web");
+    s.resources.disk_size = Some(ByteSize(1 << 30));
+
+    t.engine.create(&s, &mut quiet()).unwrap();
+
+    assert_eq!(t.fake.stored_disk.lock().unwrap().as_ref().map(|d| d.0), Some(1 << 30));
+}
+
+#[test]
+fn create_backend_stored_disk_then_failed_boot_is_destroyed() {
+    let t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
+    *t.fake.fail_boot.lock().unwrap() = Some("no".into());
+
+    let r = t.engine.create(&spec(&t, "web"), &mut quiet());
+
+    assert!(r.is_err());
+    let calls = t.fake.calls();
+    assert_eq!(calls[1], "store_disk web");
+    assert_eq!(calls.last().map(String::as_str), Some("destroy web"));
+    assert!(!t.engine.roots.vm_dir("web").exists());
 }
 
 #[test]
@@ -566,4 +607,48 @@ fn plan_microvm_network_none_picks_cloud_hypervisor_without_a_network() {
 
     assert_eq!(plan.backend, "cloud-hypervisor");
     assert_eq!(plan.network, nubo_backend::NetworkMode::None);
+}
+
+#[test]
+fn launch_without_a_fresher_one_is_the_recorded() {
+    let t = fake();
+    let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+
+    let v = t.engine.launch(&c.record).unwrap();
+
+    assert_eq!(
+        (v.launch, v.source, v.note),
+        (c.record.launch.clone(), crate::LaunchSource::Record, None)
+    );
+}
+
+#[test]
+fn launch_fresh_from_the_backend_replaces_the_recorded() {
+    let t = fake();
+    let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+    *t.fake.launch_now.lock().unwrap() = Some(Ok("<domain id='7'/>".into()));
+
+    let v = t.engine.launch(&c.record).unwrap();
+
+    assert_eq!(v.launch, Some(nubo_backend::Launch::Xml("<domain id='7'/>".into())));
+    assert_eq!((v.source, v.note), (crate::LaunchSource::Backend, None));
+}
+
+#[test]
+fn launch_backend_unreachable_is_the_recorded_with_a_note() {
+    let t = fake();
+    let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+    *t.fake.launch_now.lock().unwrap() = Some(Err("connection refused".into()));
+
+    let v = t.engine.launch(&c.record).unwrap();
+
+    assert_eq!(
+        (v.launch, v.source),
+        (c.record.launch.clone(), crate::LaunchSource::Record)
+    );
+    let note = v.note.unwrap();
+    assert!(
+        note.contains("connection refused") && note.contains("recorded at its last boot"),
+        "{note}"
+    );
 }

@@ -398,20 +398,8 @@ impl Engine {
         // It need not be durable yet: after a power loss there is no VMM to converge.
         record::save_unsynced(&dir, &rec)?;
 
-        // Made durable by the one syncfs after the VMM starts, like the record and the seed.
-        nubo_disk::create_overlay_unsynced(
-            &plan.base.path,
-            plan.base.format,
-            &rec.machine.disk.overlay,
-            plan.disk_size,
-        )?;
-        events(Event::Step(format!(
-            "overlay {} over {}",
-            rec.machine.disk.overlay.display(),
-            plan.base.path.display()
-        )));
         // A backend that assigns the VM's identity (libvirt: the domain's UUID) defines the VM
-        // now, without its seed; the seed is then built with that UUID as instance-id.
+        // now, without its disk and seed; the seed is then built with that UUID as instance-id.
         let mut seed = seed;
         if let Some(defined) = undo.backend.define(&rec.machine)? {
             rec.uuid = defined.uuid.clone();
@@ -434,6 +422,36 @@ impl Engine {
                 "{} assigned the VM its UUID {}",
                 plan.backend, defined.uuid
             )));
+        }
+        // The OS disk: a thin qcow2 over the verified base (inspected again here), never smaller
+        // than it. A backend that keeps it itself (a libvirt volume) makes it; else the engine's
+        // overlay in the VM's directory, made durable by the one syncfs after the VMM starts,
+        // like the record and the seed.
+        let (_, disk_size) = nubo_disk::overlay_base(&plan.base.path, plan.base.format, plan.disk_size)?;
+        match undo.backend.store_disk(&rec.machine, &rec.backend_state, disk_size)? {
+            Some(path) => {
+                events(Event::Step(format!(
+                    "OS disk stored by the {} backend at {} (thin qcow2 over {})",
+                    plan.backend,
+                    path.display(),
+                    plan.base.path.display()
+                )));
+                rec.machine.disk.overlay = path;
+                record::save_unsynced(&dir, &rec)?;
+            }
+            None => {
+                nubo_disk::create_overlay_unsynced(
+                    &plan.base.path,
+                    plan.base.format,
+                    &rec.machine.disk.overlay,
+                    Some(disk_size),
+                )?;
+                events(Event::Step(format!(
+                    "overlay {} over {}",
+                    rec.machine.disk.overlay.display(),
+                    plan.base.path.display()
+                )));
+            }
         }
         let uuid = rec.uuid.clone();
         // A backend that keeps the seed itself (a libvirt volume) stores it; else `seed.img`.
@@ -543,8 +561,9 @@ fn sync_fs(dir: &Path) -> std::io::Result<()> {
     nix::unistd::syncfs(d.as_raw_fd()).map_err(std::io::Error::from)
 }
 
-/// Undoes a create that failed: stops what was booted, removes the VM directory (overlay,
-/// seed, record) and the lock file of the VM that now does not exist. Disarmed on success.
+/// Undoes a create that failed: stops what was booted and lets the backend delete what it
+/// made (a libvirt domain and volumes), removes the VM directory (overlay, seed, record) and
+/// the lock file of the VM that now does not exist. Disarmed on success.
 struct Undo<'a> {
     dir: PathBuf,
     name: String,

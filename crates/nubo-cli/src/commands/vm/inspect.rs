@@ -2,10 +2,19 @@ use nubo_engine::Engine;
 
 use crate::output::print_json;
 
+/// The record as JSON, with the VM's state from its backend and its launch description read
+/// fresh where the backend has one (libvirt's domain XML); `launch_source` says which.
 pub fn run(name: &str, engine: &Engine) -> anyhow::Result<()> {
     let rec = engine.load(name)?;
     let state = engine.state(&rec)?;
+    let launch = engine.launch(&rec)?;
     let mut v = serde_json::to_value(&rec)?;
     v["state"] = serde_json::Value::String(state.to_string());
+    v["launch"] = serde_json::to_value(&launch.launch)?;
+    v["launch_source"] = serde_json::to_value(launch.source)?;
+    if let Some(note) = &launch.note {
+        eprintln!("note: {note}");
+        v["launch_note"] = serde_json::Value::String(note.clone());
+    }
     print_json(&v)
 }
