@@ -17,7 +17,10 @@
 //! - libvirtd restarted while the VM runs: nubo still lists it running and stops it;
 //! - a disk-only snapshot of the stopped VM, restored (the VM stays stopped) and removed;
 //! - stop/start keeps the instance (same instance-id, the seed volume not rewritten);
-//! - `rm` leaves no domain, no volume and no file; the verified base's sha256 never changes.
+//! - `rm` leaves no domain, no volume and no file; the verified base's sha256 never changes;
+//! - (OS disk block) the domain's disk is the pool volume `<pool dir>/<name>.qcow2`, a qcow2
+//!   over the base in the image store; `vm inspect` shows the live domain XML; `snapshot ls`
+//!   gives each snapshot's VM-state size as the volume's qcow2 table holds it.
 //!
 //! libvirt is observed read-only with virsh; only `nubo` changes anything. Every command is
 //! bounded; the VMs are removed and stray QEMUs killed by PID on every path ([`Cleanup`]).
@@ -168,6 +171,7 @@ fn killed_creates(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     let points = [
         KillAt::After(30),
         KillAt::Line("assigned the VM its UUID"),
+        KillAt::Line("OS disk stored by the libvirt backend"),
         KillAt::Line("seed stored by the libvirt backend"),
         KillAt::After(300),
         KillAt::Line("libvirt domain `"),
@@ -428,6 +432,7 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
         return Err("the seed volume was rewritten by start".into());
     }
 
+    let disk = os_disk_volume(root, lv)?;
     // rm leaves no domain, no volume, no file.
     nubo(root, &["vm", "rm", "--force", VM], QUICK)?.require()?;
     let domains = lv.virsh(&["list", "--all", "--name"])?.require()?.stdout;
@@ -439,6 +444,7 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     }
     no_qemu(root, "after rm")?;
     vms_empty(root, "after rm")?;
+    os_disk_gone(lv, &disk)?;
     Ok(())
 }
 
@@ -508,4 +514,117 @@ fn snapshots_listed(root: &TestRoot, when: &str) -> TestResult {
             out.stdout
         ))
     }
+}
+
+// ---- The OS disk as a pool volume, `vm inspect`'s live XML, snapshot VM-state sizes --------
+// (observed read-only with virsh and `qemu-img info -U`; kept apart from the sections above)
+
+/// The running VM's OS disk, as libvirt and nubo see it.
+struct OsDisk {
+    pool: String,
+    path: String,
+}
+
+/// The OS disk is the volume `<name>.qcow2` of nubo's pool (`<NUBO_ROOT>/libvirt-pool`),
+/// listed by libvirt, the domain's `vda`, a qcow2 over the base in the image store; no overlay
+/// in the VM's directory. `vm inspect` shows the running domain's live XML. Every snapshot
+/// `snapshot ls` lists carries the VM-state size of the volume's own qcow2 table.
+fn os_disk_volume(root: &TestRoot, lv: &Libvirtd) -> Result<OsDisk, String> {
+    let rec = inspect(root, VM)?;
+    let pool = rec["backend_state"]["pool"].as_str().unwrap_or_default().to_owned();
+    let name = format!("{VM}.qcow2");
+    let want = root.root().join("libvirt-pool").join(&name).display().to_string();
+    let vols = lv.virsh(&["vol-list", "--pool", &pool])?.require()?.stdout;
+    if !vols.lines().any(|l| l.split_whitespace().next() == Some(name.as_str())) {
+        return Err(format!("pool `{pool}` does not list the volume {name}:\n{vols}"));
+    }
+    let path = lv
+        .virsh(&["vol-path", "--pool", &pool, &name])?
+        .require()?
+        .stdout
+        .trim()
+        .to_owned();
+    let overlay = rec["machine"]["disk"]["overlay"].as_str().unwrap_or_default();
+    if path != want || overlay != want {
+        return Err(format!(
+            "the OS disk is not the volume {want}: libvirt's path {path}, the record's {overlay}"
+        ));
+    }
+    let blk = lv.virsh(&["domblklist", VM])?.require()?.stdout;
+    if !blk
+        .lines()
+        .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["vda", want.as_str()])
+    {
+        return Err(format!("the domain's vda is not {want}:\n{blk}"));
+    }
+    if root.root().join("vms").join(VM).join("disk.qcow2").exists() {
+        return Err("an overlay was also made in the VM's directory".into());
+    }
+    let base = rec["machine"]["disk"]["base"].as_str().unwrap_or_default().to_owned();
+    if !std::path::Path::new(&base).starts_with(root.root().join("images")) {
+        return Err(format!("the base {base} is not in the image store"));
+    }
+    let vol = lv.virsh(&["vol-dumpxml", "--pool", &pool, &name])?.require()?.stdout;
+    let doc = roxmltree::Document::parse(&vol).map_err(|e| format!("vol-dumpxml: {e}\n{vol}"))?;
+    let text = |parent: &str, child: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name(parent))
+            .and_then(|p| p.children().find(|c| c.has_tag_name(child)))
+    };
+    let backing = text("backingStore", "path").and_then(|n| n.text()).unwrap_or_default();
+    let format = text("target", "format")
+        .and_then(|n| n.attribute("type"))
+        .unwrap_or_default();
+    if backing != base || format != "qcow2" {
+        return Err(format!("the volume is not a qcow2 over {base}:\n{vol}"));
+    }
+
+    // `vm inspect`: the live XML (an `id` only a running domain has, aliases libvirt added).
+    let xml = rec["launch"]["value"].as_str().unwrap_or_default();
+    if rec["launch_source"] != "backend" || !xml.contains("<domain type='qemu' id='") || !xml.contains("<alias name=") {
+        return Err(format!(
+            "`vm inspect` does not show the live domain XML (source {}):\n{xml}",
+            rec["launch_source"]
+        ));
+    }
+
+    // VM-state sizes: what the volume's qcow2 table holds (qemu-img, sharing the open image).
+    let info = nubo_live::cli::run(
+        std::process::Command::new("qemu-img").args(["info", "-U", "--output=json", &path]),
+        QUICK,
+    )?
+    .require()?
+    .stdout;
+    let info: serde_json::Value = serde_json::from_str(&info).map_err(|e| format!("qemu-img info: {e}"))?;
+    let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
+    let ls: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("snapshot ls: {e}"))?;
+    for s in ls["snapshots"].as_array().into_iter().flatten() {
+        let held = info["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .rev()
+            .find(|t| t["name"] == s["name"])
+            .ok_or_else(|| format!("qemu-img does not list snapshot {}: {info}", s["name"]))?;
+        if s["vm_state_size"] != held["vm-state-size"] || (s["has_memory"] == true && s["vm_state_size"] == 0) {
+            return Err(format!(
+                "snapshot {} lists VM-state size {}, the volume's table holds {}",
+                s["name"], s["vm_state_size"], held["vm-state-size"]
+            ));
+        }
+        println!("snapshot {}: VM-state size {} bytes", s["name"], s["vm_state_size"]);
+    }
+    Ok(OsDisk { pool, path })
+}
+
+/// After `rm`: neither volume remains, in the pool's listing or on disk.
+fn os_disk_gone(lv: &Libvirtd, disk: &OsDisk) -> TestResult {
+    if std::path::Path::new(&disk.path).exists() {
+        return Err(format!("after rm the OS disk volume {} is still there", disk.path));
+    }
+    let vols = lv.virsh(&["vol-list", "--pool", &disk.pool])?.require()?.stdout;
+    if vols.contains(&format!("{VM}.qcow2")) || vols.contains(&format!("{VM}-cidata.iso")) {
+        return Err(format!("after rm pool `{}` still lists:\n{vols}", disk.pool));
+    }
+    Ok(())
 }
