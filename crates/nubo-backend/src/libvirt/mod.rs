@@ -438,7 +438,12 @@ impl Backend for LibvirtBackend {
         self.own_domain(&conn, &spec.name, &spec.vm_dir)?;
         let pool = pool_of(spec);
         let disk = render::disk_volume_name(&spec.name);
-        if let Some(p) = conn.pool(&pool).map_err(remote(format!("looking up pool `{pool}`")))? {
+        // An inactive pool (after a host reboot) is started by `store_disk`, which checks again.
+        if let Some(p) = conn
+            .pool(&pool)
+            .map_err(remote(format!("looking up pool `{pool}`")))?
+            .filter(|p| p.is_active().unwrap_or(false))
+        {
             let _ = p.refresh();
             if let Some(v) = p.volume(&disk).map_err(remote(format!("looking up volume `{disk}`")))? {
                 if !disk_is_ours(&v, &pool, &spec.vm_dir, Some(&spec.disk.base), &disk)? {
@@ -727,6 +732,10 @@ impl Backend for LibvirtBackend {
             .pool(&st.pool)
             .map_err(remote(format!("looking up pool `{}`", st.pool)))?
         {
+            // Volumes of an inactive pool (after a host reboot) cannot be looked up.
+            if !pool.is_active().unwrap_or(true) {
+                let _ = pool.start();
+            }
             let _ = pool.refresh();
             if let Some(v) = pool
                 .volume(&name)
@@ -930,15 +939,17 @@ fn disk_is_ours(
     if pool == own_pool_name(vm_dir) {
         return Ok(true);
     }
-    let Some(base) = base else {
-        return Ok(false);
-    };
     let xml = vol.xml().map_err(remote(format!("volume `{name}`")))?;
     let backing = xml::volume_backing(&xml).map_err(|e| BackendError::Remote {
         what: format!("volume `{name}`"),
         detail: e,
     })?;
-    Ok(backing.is_some_and(|b| Path::new(&b) == base))
+    Ok(disk_owned(pool, vm_dir, base, backing.as_deref()))
+}
+
+/// [`disk_is_ours`]'s rule, pure: nubo's own pool, or a backing store that is the VM's base.
+fn disk_owned(pool: &str, vm_dir: &Path, base: Option<&Path>, backing: Option<&str>) -> bool {
+    pool == own_pool_name(vm_dir) || matches!((base, backing), (Some(b), Some(x)) if Path::new(x) == b)
 }
 
 fn foreign_disk(name: &str, pool: &str) -> BackendError {
@@ -1351,6 +1362,34 @@ mod tests_unit {
         let s = backend_snapshot(SNAP_S1, "web", &[]).unwrap();
 
         assert_eq!(s.vm_state_size, 0);
+    }
+
+    #[test]
+    fn disk_owned_in_nubos_own_pool_whatever_its_backing() {
+        let dir = Path::new("/a/vms/web");
+
+        assert!(disk_owned(&own_pool_name(dir), dir, None, None));
+    }
+
+    #[test]
+    fn disk_owned_in_another_pool_only_over_the_vms_base() {
+        let dir = Path::new("/a/vms/web");
+        let base = Path::new("/a/images/blobs/abc.qcow2");
+
+        assert!(disk_owned(
+            "default",
+            dir,
+            Some(base),
+            Some("/a/images/blobs/abc.qcow2")
+        ));
+        assert!(!disk_owned(
+            "default",
+            dir,
+            Some(base),
+            Some("/var/lib/libvirt/images/debian.qcow2")
+        ));
+        assert!(!disk_owned("default", dir, Some(base), None));
+        assert!(!disk_owned("default", dir, None, Some("/a/images/blobs/abc.qcow2")));
     }
 
     #[test]
