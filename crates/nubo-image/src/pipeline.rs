@@ -6,7 +6,7 @@
 //! The writer uses direct I/O (`O_DIRECT`) where the filesystem offers it: a profile of a
 //! 400 MiB pull showed the copy into the page cache as the most expensive single step (a third
 //! of all CPU, more than the TLS decrypt or the hash), and on a 2-core host that CPU is what the
-//! link, the hash and the server compete for. The buffers are page-aligned windows, every write
+//! link, the hash and the server compete for. The buffers are page-aligned ([`AlignedBuf`]), every write
 //! but the last is a whole buffer, so the disk takes them by DMA; the last (unaligned) piece is
 //! written after switching the file back to buffered I/O. A filesystem without direct I/O
 //! (tmpfs), or a resumed partial at an unaligned offset, is written buffered as before.
@@ -19,7 +19,7 @@ use std::thread;
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
-use crate::digest::StreamHasher;
+use crate::digest::{AlignedBuf, StreamHasher, PAGE as ALIGN};
 
 /// Streaming buffer: big enough to keep TLS records and hashing efficient.
 pub const BUF: usize = 256 << 10;
@@ -31,20 +31,6 @@ const IN_FLIGHT: usize = 8;
 /// Bytes written between two background flushes.
 const FLUSH_EVERY: usize = 32 << 20;
 
-/// Alignment of buffers, lengths and offsets for direct I/O: a page covers every logical block
-/// size Linux block devices have (512 and 4096).
-const ALIGN: usize = 4096;
-
-/// A buffer with room to place a page-aligned [`BUF`]-byte window in it (without `unsafe`:
-/// the window starts at `align_offset`, which is stable because the vector never grows).
-fn aligned_buffer() -> Vec<u8> {
-    vec![0u8; BUF + ALIGN]
-}
-
-fn window(buf: &[u8]) -> usize {
-    buf.as_ptr().align_offset(ALIGN)
-}
-
 /// The writing end: `out` in direct mode while whole aligned buffers arrive, switched back to
 /// buffered I/O for a last partial buffer or if the kernel refuses a direct write.
 struct Sink {
@@ -55,18 +41,18 @@ struct Sink {
 impl Sink {
     /// Direct I/O when the file's offset is aligned and its filesystem supports it.
     fn new(out: File, start: u64) -> Sink {
-        let direct = start % ALIGN as u64 == 0 && set_direct(&out, true).is_ok();
+        let direct = start.is_multiple_of(ALIGN as u64) && set_direct(&out, true).is_ok();
         Sink { out, direct }
     }
 
     fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
-        if self.direct && data.len() % ALIGN == 0 {
+        if self.direct && data.len().is_multiple_of(ALIGN) {
             while !data.is_empty() {
                 match self.out.write(data) {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                     Ok(k) => {
                         data = &data[k..];
-                        if k % ALIGN != 0 {
+                        if !k.is_multiple_of(ALIGN) {
                             break; // a short, unaligned write: the rest goes buffered
                         }
                     }
@@ -128,17 +114,16 @@ pub fn run(
     progress: &mut dyn FnMut(u64),
 ) -> Received {
     use std::sync::mpsc::{channel, sync_channel};
-    let (free_tx, free_rx) = channel::<Vec<u8>>();
+    let (free_tx, free_rx) = channel::<AlignedBuf>();
     for _ in 0..IN_FLIGHT {
-        let _ = free_tx.send(aligned_buffer());
+        let _ = free_tx.send(AlignedBuf::new(BUF));
     }
-    let (hash_tx, hash_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    let (write_tx, write_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
+    let (hash_tx, hash_rx) = sync_channel::<(AlignedBuf, usize)>(IN_FLIGHT);
+    let (write_tx, write_rx) = sync_channel::<(AlignedBuf, usize)>(IN_FLIGHT);
     thread::scope(|s| {
         let hashing = s.spawn(move || {
             for (buf, n) in hash_rx {
-                let w = window(&buf);
-                hasher.update(&buf[w..w + n]);
+                hasher.update(&buf[..n]);
                 if write_tx.send((buf, n)).is_err() {
                     break;
                 }
@@ -162,8 +147,7 @@ pub fn run(
             let mut written = 0u64;
             let mut unflushed = 0usize;
             for (buf, n) in write_rx {
-                let w = window(&buf);
-                if let Err(e) = out.write(&buf[w..w + n]) {
+                if let Err(e) = out.write(&buf[..n]) {
                     return (written, Some(e));
                 }
                 written += n as u64;
@@ -182,11 +166,10 @@ pub fn run(
         let mut stop = None;
         'receive: while let Ok(mut buf) = free_rx.recv() {
             // Fill the buffer (TLS hands over a record at a time) so each hand-off is worth it.
-            let w = window(&buf);
             let mut n = 0;
             let mut eof = false;
             while n < BUF {
-                match body.read(&mut buf[w + n..w + BUF]) {
+                match body.read(&mut buf[n..]) {
                     Ok(0) => {
                         eof = true;
                         break;
@@ -255,14 +238,13 @@ mod tests {
             return;
         }
         let data = bytes(3 * ALIGN + 100);
-        let mut buf = aligned_buffer();
-        let w = window(&buf);
-        buf[w..w + 2 * ALIGN].copy_from_slice(&data[..2 * ALIGN]);
+        let mut buf = AlignedBuf::new(BUF);
+        buf[..2 * ALIGN].copy_from_slice(&data[..2 * ALIGN]);
 
-        sink.write(&buf[w..w + 2 * ALIGN]).unwrap();
+        sink.write(&buf[..2 * ALIGN]).unwrap();
         let direct_after_whole = flags(&probe).contains(OFlag::O_DIRECT);
-        buf[w..w + ALIGN + 100].copy_from_slice(&data[2 * ALIGN..]);
-        sink.write(&buf[w..w + ALIGN + 100]).unwrap();
+        buf[..ALIGN + 100].copy_from_slice(&data[2 * ALIGN..]);
+        sink.write(&buf[..ALIGN + 100]).unwrap();
 
         assert!(direct_after_whole, "aligned buffers are written with O_DIRECT");
         assert!(!flags(&probe).contains(OFlag::O_DIRECT), "the tail is written buffered");
