@@ -152,17 +152,12 @@ impl Cache {
                 .open(&p)
                 .map_err(io(format!("opening {}", p.display())))
         };
-        let locked = |f, how| {
-            Flock::lock(f, how).map_err(|(f, e)| (f, e, format!("locking {}", p.display())))
-        };
+        let locked = |f, how| Flock::lock(f, how).map_err(|(f, e)| (f, e, format!("locking {}", p.display())));
         match locked(open()?, FlockArg::LockExclusiveNonblock) {
             Ok(l) => Ok(l),
             Err((f, nix::errno::Errno::EWOULDBLOCK, _)) => {
                 waiting();
-                locked(f, FlockArg::LockExclusive).map_err(|(_, e, what)| BuildError::Io {
-                    what,
-                    source: e.into(),
-                })
+                locked(f, FlockArg::LockExclusive).map_err(|(_, e, what)| BuildError::Io { what, source: e.into() })
             }
             Err((_, e, what)) => Err(BuildError::Io { what, source: e.into() }),
         }
@@ -266,12 +261,17 @@ mod tests {
                 released.load(Ordering::SeqCst)
             })
         };
-        heard.recv_timeout(Duration::from_secs(10)).expect("the second build said it waits");
+        heard
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the second build said it waits");
         std::thread::sleep(Duration::from_millis(200));
         released.store(true, Ordering::SeqCst);
         drop(first);
 
-        assert!(second.join().unwrap(), "the second build ran before the first released its lock");
+        assert!(
+            second.join().unwrap(),
+            "the second build ran before the first released its lock"
+        );
     }
 
     #[test]
