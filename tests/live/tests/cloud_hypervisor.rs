@@ -32,7 +32,7 @@ use nubo_backend::cloud_hypervisor::CloudHypervisorBackend;
 use nubo_backend::{Backend, Restored, VmRef};
 use nubo_core::VmState;
 use nubo_live::cli::{self, Cleanup, Out};
-use nubo_live::{prereq, pvh, run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{prereq, pvh, run_with_timeout, timed, Guard, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
 /// One cloud-init boot on real KVM (never here).
@@ -62,17 +62,6 @@ fn main() -> ExitCode {
             timed("cloud_init", cloud_init)
         }),
     ])
-}
-
-fn timed(what: &str, body: impl FnOnce() -> TestResult) -> TestResult {
-    let t = Instant::now();
-    let r = body();
-    println!(
-        "timing {what}: {:.2}s ({})",
-        t.elapsed().as_secs_f64(),
-        if r.is_ok() { "ok" } else { "failed" }
-    );
-    r
 }
 
 /// The directory holding the Cloud Hypervisor binary, put first on nubo's PATH.

@@ -22,7 +22,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{field, guest, inspect, json, no_qemu, nubo, vm_dirs, Cleanup};
-use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{timed, Guard, LiveTest, TestResult, TestRoot};
 
 /// One build: a TCG boot to cloud-init (258 s seen under load), the steps, seal, flatten.
 const BUILD: Duration = Duration::from_secs(900);
@@ -43,17 +43,6 @@ fn main() -> ExitCode {
             || timed("concurrent_builds", concurrent_builds),
         ),
     ])
-}
-
-fn timed(what: &str, body: impl FnOnce() -> TestResult) -> TestResult {
-    let t = Instant::now();
-    let r = body();
-    println!(
-        "timing {what}: {:.1}s ({})",
-        t.elapsed().as_secs_f64(),
-        if r.is_ok() { "ok" } else { "failed" }
-    );
-    r
 }
 
 /// Two builds of one VMfile at once: one boots a VM, the other says it waits for it and then
