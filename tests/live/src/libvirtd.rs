@@ -39,6 +39,24 @@ fn write(p: &Path, text: &str) -> Result<(), String> {
     fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
 }
 
+/// The shell commands that give libvirtd, in the namespace's private mount namespace, the
+/// test's directories as its own. `/run/libvirt` is made on a tmpfs over `/run` there: the
+/// host's `/run` gets no mount point (an empty `/run/libvirt` was left behind before), and no
+/// test removes one another test's libvirtd still has mounted.
+fn mounts(d: &Path) -> String {
+    let p = |s: &str| d.join(s).display().to_string();
+    format!(
+        "set -e; mount -t tmpfs -o mode=0755 nubo-run /run; mkdir /run/libvirt; \
+         mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
+         mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt",
+        etc = p("etc"),
+        run = p("run"),
+        lib = p("lib"),
+        cache = p("cache"),
+        log = p("log"),
+    )
+}
+
 impl Libvirtd {
     /// Starts libvirtd and virtlogd in a new network namespace, with the isolated network
     /// `default` (DHCP on `SUBNET`.0/24) started.
@@ -89,18 +107,10 @@ impl Libvirtd {
             QUICK,
         )?
         .require()?;
-        fs::create_dir_all("/run/libvirt").map_err(|e| format!("cannot create /run/libvirt: {e}"))?;
-        let p = |s: &str| d.join(s).display().to_string();
         let script = format!(
-            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
-             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
-             virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
+            "{}; virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
              exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >{d}/libvirtd.out 2>&1",
-            etc = p("etc"),
-            run = p("run"),
-            lib = p("lib"),
-            cache = p("cache"),
-            log = p("log"),
+            mounts(&d),
             d = d.display()
         );
         me.spawn(&script)?;
@@ -153,16 +163,9 @@ impl Libvirtd {
             g.wait_timeout(Duration::from_secs(30))?;
         }
         let d = self.dir.path().to_path_buf();
-        let p = |s: &str| d.join(s).display().to_string();
         let script = format!(
-            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
-             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
-             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
-            etc = p("etc"),
-            run = p("run"),
-            lib = p("lib"),
-            cache = p("cache"),
-            log = p("log"),
+            "{}; exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
+            mounts(&d),
             d = d.display()
         );
         self.spawn(&script)
