@@ -57,10 +57,26 @@ fn mounts(d: &Path) -> String {
     )
 }
 
+/// How a test's libvirtd differs from the default one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// The read-write socket open to every user (`unix_sock_rw_perms = "0777"`, no auth, its
+    /// directories traversable), for a test that runs `nubo` as an unprivileged caller.
+    pub open_socket: bool,
+    /// libvirt's `dynamic_ownership = 1`: it chowns every file of a domain to the domain's DAC
+    /// label unless the label says `relabel='no'` (the default test libvirtd never relabels).
+    pub dynamic_ownership: bool,
+}
+
 impl Libvirtd {
     /// Starts libvirtd and virtlogd in a new network namespace, with the isolated network
     /// `default` (DHCP on `SUBNET`.0/24) started.
     pub fn start() -> Result<Libvirtd, String> {
+        Libvirtd::start_with(Options::default())
+    }
+
+    /// [`Libvirtd::start`] with `opts`.
+    pub fn start_with(opts: Options) -> Result<Libvirtd, String> {
         let dir = tempfile::Builder::new()
             .prefix("nlv")
             .tempdir_in("/tmp")
@@ -87,14 +103,25 @@ impl Libvirtd {
         write(
             &d.join("etc/libvirtd.conf"),
             &format!(
-                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
-                sock.display()
+                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"{}\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
+                sock.display(),
+                if opts.open_socket { "0777" } else { "0700" }
             ),
         )?;
         write(
             &d.join("etc/qemu.conf"),
-            "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = 0\nremember_owner = 0\n",
+            &format!(
+                "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = {}\nremember_owner = 0\n",
+                u8::from(opts.dynamic_ownership)
+            ),
         )?;
+        if opts.open_socket {
+            use std::os::unix::fs::PermissionsExt;
+            for p in [d.clone(), sock.clone()] {
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755))
+                    .map_err(|e| format!("cannot open {} to other users: {e}", p.display()))?;
+            }
+        }
         let mut me = Libvirtd {
             uri: format!("qemu:///system?socket={}/libvirt-sock", sock.display()),
             ns: ns.clone(),
