@@ -42,11 +42,12 @@ fn write(p: &Path, text: &str) -> Result<(), String> {
 /// The shell commands that give libvirtd, in the namespace's private mount namespace, the
 /// test's directories as its own. `/run/libvirt` is made on a tmpfs over `/run` there: the
 /// host's `/run` gets no mount point (an empty `/run/libvirt` was left behind before), and no
-/// test removes one another test's libvirtd still has mounted.
+/// test removes one another test's libvirtd still has mounted. `/run/lock` (`/var/lock`) is
+/// made again there: libvirtd locks a console's pty in it.
 fn mounts(d: &Path) -> String {
     let p = |s: &str| d.join(s).display().to_string();
     format!(
-        "set -e; mount -t tmpfs -o mode=0755 nubo-run /run; mkdir /run/libvirt; \
+        "set -e; mount -t tmpfs -o mode=0755 nubo-run /run; mkdir /run/libvirt; mkdir -m 1777 /run/lock; \
          mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
          mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt",
         etc = p("etc"),
