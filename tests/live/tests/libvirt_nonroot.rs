@@ -4,12 +4,13 @@
 //! being chowned away.
 //!
 //! The test's own libvirtd ([`Libvirtd`]) opens its socket to every user and relabels
-//! (`dynamic_ownership = 1`), as a stock one does: without `relabel='no'` it would chown the
-//! overlay, the seed volume and the verified base to the label. `nubo` runs as a system user
-//! the test adds and removes (`useradd`/`userdel`: libvirt's client needs a user record), via
-//! `setpriv` with no supplementary groups, its NUBO_ROOT (mode 0700) and run directory its own. No cloud-init boot: the kernel's
-//! first lines on the serial console show the guest runs. Proven: the domain runs with the
-//! label, QEMU's uid and gid are the caller's, the overlay is still the caller's and the
+//! (`dynamic_ownership = 1`) as a stock one does, with root as qemu.conf's user: a domain
+//! without nubo's label would run QEMU as root and have the caller's overlay chowned to it.
+//! `nubo` runs as a system user the test adds and removes (`useradd`/`userdel`: libvirt's
+//! client needs a user record), via `setpriv` with no supplementary groups, its NUBO_ROOT (mode
+//! 0700) and run directory its own. No cloud-init boot: the kernel's first lines on the serial
+//! console show the guest runs. Proven: the domain runs with the label (`relabel='no'` read back
+//! from libvirt), QEMU's uid and gid are the caller's, the overlay is still the caller's and the
 //! base still root's, and the caller's `vm rm` leaves no domain, volume or VM directory.
 
 use std::fs;
@@ -97,8 +98,12 @@ impl Drop for Caller {
 /// shared image cache (chowning one of those would change the cache's own inode).
 fn give(dir: &Path, id: (u32, u32)) -> TestResult {
     let own = |p: &Path| {
-        nix::unistd::chown(p, Some(nix::unistd::Uid::from_raw(id.0)), Some(nix::unistd::Gid::from_raw(id.1)))
-            .map_err(|e| format!("chown {}: {e}", p.display()))
+        nix::unistd::chown(
+            p,
+            Some(nix::unistd::Uid::from_raw(id.0)),
+            Some(nix::unistd::Gid::from_raw(id.1)),
+        )
+        .map_err(|e| format!("chown {}: {e}", p.display()))
     };
     own(dir)?;
     for e in fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))? {
@@ -176,10 +181,13 @@ fn non_root() -> TestResult {
             && n.attribute("model") == Some("dac")
             && n.attribute("type") == Some("static")
             && n.attribute("relabel") == Some("no")
-            && n.children().any(|l| l.has_tag_name("label") && l.text() == Some(&label))
+            && n.children()
+                .any(|l| l.has_tag_name("label") && l.text() == Some(&label))
     });
     if !labelled {
-        return Err(format!("the domain has no static DAC label {label} with relabel='no':\n{xml}"));
+        return Err(format!(
+            "the domain has no static DAC label {label} with relabel='no':\n{xml}"
+        ));
     }
 
     // QEMU runs as the caller.
@@ -206,7 +214,7 @@ fn non_root() -> TestResult {
     // The guest kernel runs: its first lines reach the serial console log.
     let console = root.root().join("vms").join(VM).join("console.log");
     let deadline = Instant::now() + KERNEL;
-    while !fs::read_to_string(&console).unwrap_or_default().contains("Linux version") {
+    while !String::from_utf8_lossy(&fs::read(&console).unwrap_or_default()).contains("Linux version") {
         if Instant::now() >= deadline {
             return Err(format!(
                 "no kernel line on {} within {}s",
@@ -216,7 +224,10 @@ fn non_root() -> TestResult {
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    println!("timing kernel on the console as uid {uid}: {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "timing kernel on the console as uid {uid}: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
 
     // Nothing was chowned away: the overlay is the caller's, the verified base root's still.
     let vm_dir = root.root().join("vms").join(VM);
