@@ -4,7 +4,8 @@
 # storage in a temp dir; started here and stopped by PID) and local storage:
 #   push: `nubo image push` of the bootstrapped debian:12 image vs `skopeo copy oci:DIR docker://`
 #   pull: `nubo image pull` into a fresh store (digest and size verified while streaming, strict
-#         inspector, fsync) vs `skopeo copy docker:// oci:DIR`
+#         inspector, fsync) vs `skopeo copy docker:// oci:DIR`, and vs `curl -o` of the disk blob
+#         alone from the same registry (the floor: one GET, nothing verified, nothing synced)
 #   --compress: the same push and pull with the disk as a zstd layer (compress to tmp/, upload;
 #         download, decompress, hash), against the same skopeo figures
 # Before each push the registry's blob storage is emptied (and each run uses a new repository),
@@ -39,7 +40,9 @@ cp -al "$cache_images" "$work/src/images"
 for f in "$work"/src/images/refs/*/*.json; do
   rm -f "$f.new"; sed "s#$cache_images#$work/src/images#g" "$f" >"$f.new"; rm -f "$f"; mv "$f.new" "$f"
 done
-size=$(stat -c %s "$work"/src/images/blobs/*.qcow2 | head -1)
+disk_blob=$(ls "$work"/src/images/blobs/*.qcow2 | head -1)
+size=$(stat -c %s "$disk_blob")
+disk_digest=$(basename "$disk_blob" .qcow2)
 mib=$(echo "$size / 1048576" | bc -l)
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
@@ -103,7 +106,11 @@ skopeo_pull() {
   rm -rf "$work/pulled"
   skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/certs" "docker://$host/bench/seed:1" "oci:$work/pulled:1"
 }
-pn=(); ps=(); ln=(); ls=()
+curl_pull() {
+  rm -f "$work/curl.out"
+  curl -fsSL -u "$creds" --cacert "$work/ca.pem" -o "$work/curl.out" "https://$host/v2/bench/seed/blobs/sha256:$disk_digest"
+}
+pn=(); ps=(); ln=(); ls=(); lc=()
 for i in $(seq "$RUNS"); do
   pn+=("$(timed nubo_push "$i")"); ps+=("$(timed skopeo_push "$i")")
 done
@@ -111,7 +118,7 @@ done
 wipe
 "$NUBO_BIN" image push debian:12 "$host/bench/seed:1" --ca-cert "$work/ca.pem" >/dev/null 2>&1
 for _ in $(seq "$RUNS"); do
-  ln+=("$(timed nubo_pull)"); ls+=("$(timed skopeo_pull)")
+  ln+=("$(timed nubo_pull)"); ls+=("$(timed skopeo_pull)"); lc+=("$(timed curl_pull)")
 done
 pz=(); lz=()
 for i in $(seq "$RUNS"); do pz+=("$(timed nubo_push_z "$i")"); done
@@ -119,7 +126,7 @@ wipe
 "$NUBO_BIN" image push debian:12 "$host/bench/seedz:1" --compress --ca-cert "$work/ca.pem" >/dev/null 2>&1
 for _ in $(seq "$RUNS"); do lz+=("$(timed nubo_pull seedz)"); done
 zsize=$(stat -c %s "$work"/storage/docker/registry/v2/blobs/sha256/*/*/data | sort -n | tail -1)
-t_pn=$(min "${pn[@]}"); t_ps=$(min "${ps[@]}"); t_ln=$(min "${ln[@]}"); t_ls=$(min "${ls[@]}")
+t_pn=$(min "${pn[@]}"); t_ps=$(min "${ps[@]}"); t_ln=$(min "${ln[@]}"); t_ls=$(min "${ls[@]}"); t_lc=$(min "${lc[@]}")
 t_pz=$(min "${pz[@]}"); t_lz=$(min "${lz[@]}")
 rate() { echo "scale=1; $mib / $1" | bc -l; }
 echo "-- push: $(printf %.0f "$mib") MiB image to $host (best of $RUNS, new repository each run)"
@@ -130,6 +137,8 @@ echo "-- pull: into a fresh store / oci: directory (best of $RUNS)"
 printf "nubo image pull       %8.3fs  %8s MiB/s\n" "$t_ln" "$(rate "$t_ln")"
 printf "skopeo copy -> oci:   %8.3fs  %8s MiB/s\n" "$t_ls" "$(rate "$t_ls")"
 printf "ratio nubo/skopeo (throughput): %.2fx\n" "$(echo "$t_ls / $t_ln" | bc -l)"
+printf "curl -o (disk blob)   %8.3fs  %8s MiB/s\n" "$t_lc" "$(rate "$t_lc")"
+printf "ratio nubo/curl (throughput): %.2fx\n" "$(echo "$t_lc / $t_ln" | bc -l)"
 echo "-- --compress: zstd disk layer of $(echo "$zsize / 1048576" | bc) MiB (best of $RUNS)"
 printf "nubo image push --compress %8.3fs  ratio to skopeo push: %.2fx\n" "$t_pz" "$(echo "$t_ps / $t_pz" | bc -l)"
 printf "nubo image pull (zstd)     %8.3fs  ratio to skopeo pull: %.2fx\n" "$t_lz" "$(echo "$t_ls / $t_lz" | bc -l)"

@@ -10,8 +10,54 @@ use ring::digest::{Context, SHA256, SHA512};
 
 use crate::checksum::{Algorithm, Checksum};
 
-/// Read size for hashing files and streams: large enough that syscalls vanish next to the hash.
-pub const CHUNK: usize = 1 << 20;
+/// Read size for hashing files and streams: large enough that syscalls vanish next to the hash,
+/// small enough to stay in a core's L2 between the read and the hash (1 MiB tripled the
+/// kernel's copy time here).
+pub const CHUNK: usize = 128 << 10;
+
+/// A page-aligned buffer of `len` bytes. Where a buffer starts matters: the kernel's copy into
+/// a buffer 16 bytes past a page boundary (where the allocator puts a large `Vec`) took three
+/// times as long as into an aligned one (0.20 s against 0.07 s of system time for 400 MiB),
+/// and direct I/O needs the alignment outright. Safe code: the window starts at the vector's
+/// `align_offset`, which is stable because the vector never grows.
+pub struct AlignedBuf {
+    mem: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+/// The alignment of [`AlignedBuf`]: a page, which also covers every logical block size of
+/// Linux block devices (512, 4096) for direct I/O.
+pub const PAGE: usize = 4096;
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
+        let mem = vec![0u8; len + PAGE];
+        let start = mem.as_ptr().align_offset(PAGE);
+        AlignedBuf { mem, start, len }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.mem[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[self.start..self.start + self.len]
+    }
+}
 
 fn context(a: Algorithm) -> Context {
     match a {
@@ -85,7 +131,7 @@ pub fn sha256_bytes(bytes: &[u8]) -> String {
 
 /// Feeds everything `r` yields into `h`; returns the byte count.
 pub fn hash_reader(r: &mut dyn Read, h: &mut StreamHasher) -> io::Result<u64> {
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = AlignedBuf::new(CHUNK);
     let mut total = 0u64;
     loop {
         let n = match r.read(&mut buf) {
@@ -103,7 +149,7 @@ pub fn hash_reader(r: &mut dyn Read, h: &mut StreamHasher) -> io::Result<u64> {
 pub fn hash_file(path: &Path, algorithm: Algorithm) -> io::Result<Checksum> {
     let mut f = File::open(path)?;
     let mut c = context(algorithm);
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = AlignedBuf::new(CHUNK);
     loop {
         match f.read(&mut buf) {
             Ok(0) => break,
@@ -135,6 +181,19 @@ mod tests {
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
         assert!(d.get(Algorithm::Sha512).unwrap().hex.starts_with("ddaf35a193617aba"));
+    }
+
+    #[test]
+    fn aligned_buf_is_page_aligned_and_sized() {
+        for len in [1, 4096, CHUNK, CHUNK + 3] {
+            let mut b = AlignedBuf::new(len);
+
+            b[len - 1] = 7;
+
+            assert_eq!(b.as_ptr() as usize % PAGE, 0);
+            assert_eq!(b.len(), len);
+            assert_eq!(b[len - 1], 7);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use nubo_disk::Format;
 
 use crate::convert::{convert, ConvertError, ConvertSpec};
-use crate::digest::{hash_file, StreamHasher, CHUNK};
+use crate::digest::{hash_file, AlignedBuf, StreamHasher, CHUNK};
 use crate::pull::{now, DEFAULT_MEMORY_MIB, DEFAULT_VCPUS};
 use crate::record::{ImageRecord, ImageSource, SourceKind};
 use crate::reference::ImageRef;
@@ -158,7 +158,7 @@ fn copy_hashing(src: &Path, dst: &Path) -> Result<String, ImportError> {
     })?;
     let mut output = File::create(dst).map_err(io_dst)?;
     let mut h = StreamHasher::new(None);
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = AlignedBuf::new(CHUNK);
     loop {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
