@@ -68,16 +68,16 @@ pub fn overlay(ids: &Ids) -> Vec<OverlayFile> {
 /// Runs in the tree after the packages are in, before mmdebstrap's own cleanup (which empties
 /// machine-id and the apt caches).
 pub fn customize_script() -> String {
-    [
-        "set -eu",
+    hook_script(&[
         // Every VM from this image must get its own host keys.
         r#"rm -f "$1"/etc/ssh/ssh_host_*"#,
         // The build host's resolver: the guest's DHCP client writes its own.
         r#"rm -f "$1"/etc/resolv.conf"#,
         r#"mkdir -p "$1"/boot/efi "$1"/etc/systemd/system/ssh.service.wants"#,
-        &format!(r#"ln -sf /etc/systemd/system/{SSH_KEYGEN_UNIT_NAME} "$1"/etc/systemd/system/ssh.service.wants/{SSH_KEYGEN_UNIT_NAME}"#),
-    ]
-    .join("\n")
+        &format!(
+            r#"ln -sf /etc/systemd/system/{SSH_KEYGEN_UNIT_NAME} "$1"/etc/systemd/system/ssh.service.wants/{SSH_KEYGEN_UNIT_NAME}"#
+        ),
+    ])
 }
 
 /// Runs last among the hooks: writes `packages` (one `NAME<TAB>VERSION` a line, as installed)
@@ -85,15 +85,21 @@ pub fn customize_script() -> String {
 /// [`FACTS_DIR`]. Inside the chroot, so no path in a package's file list can reach the host's
 /// files through an absolute symlink.
 pub fn facts_script() -> String {
-    [
-        "set -eu",
+    hook_script(&[
         &format!(r#"mkdir -p "$1"{FACTS_DIR}"#),
         &format!(r#"chroot "$1" dpkg-query -W -f '${{Package}}\t${{Version}}\n' > "$1"{FACTS_DIR}/packages"#),
         &format!(
             r#"chroot "$1" sh -c 'cat /var/lib/dpkg/info/*.list | sort -u | xargs -r -d "\n" stat -c "%Y %F" -- 2>/dev/null; true' | awk '$2 == "regular" && $1 > m {{ m = $1 }} END {{ print m + 0 }}' > "$1"{FACTS_DIR}/newest"#
         ),
-    ]
-    .join("\n")
+    ])
+}
+
+/// A hook's shell text: `lines` after `set -eu`, so the first failing line fails the build.
+fn hook_script(lines: &[&str]) -> String {
+    std::iter::once("set -eu")
+        .chain(lines.iter().copied())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// mmdebstrap's arguments. `cache` holds .debs between builds: mmdebstrap keeps what it
@@ -192,14 +198,39 @@ mod tests {
     }
 
     #[test]
-    fn mmdebstrap_args_cache_hooks_and_positionals() {
-        let r = Recipe::new(
+    fn customize_script_is_exactly_its_lines_after_set_eu() {
+        assert_eq!(
+            customize_script(),
+            "set -eu\n\
+             rm -f \"$1\"/etc/ssh/ssh_host_*\n\
+             rm -f \"$1\"/etc/resolv.conf\n\
+             mkdir -p \"$1\"/boot/efi \"$1\"/etc/systemd/system/ssh.service.wants\n\
+             ln -sf /etc/systemd/system/nubo-ssh-keygen.service \"$1\"/etc/systemd/system/ssh.service.wants/nubo-ssh-keygen.service"
+        );
+    }
+
+    #[test]
+    fn facts_script_starts_with_set_eu_and_has_three_commands() {
+        let s = facts_script();
+
+        assert!(s.starts_with("set -eu\nmkdir -p \"$1\"/run/nubo-facts\nchroot "), "{s}");
+        assert_eq!(s.lines().count(), 4, "{s}");
+    }
+
+    /// Debian 12 from a plain mirror, with no extra packages.
+    fn bookworm() -> Recipe {
+        Recipe::new(
             Release::find("debian", "12").unwrap(),
             "http://m/debian".into(),
             DEFAULT_SIZE,
             vec![],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn mmdebstrap_args_cache_hooks_and_positionals() {
+        let r = bookworm();
 
         let a = mmdebstrap_args(
             &r,
@@ -262,13 +293,7 @@ mod tests {
 
     #[test]
     fn mmdebstrap_args_facts_hooks_run_last() {
-        let r = Recipe::new(
-            Release::find("debian", "12").unwrap(),
-            "http://m/debian".into(),
-            DEFAULT_SIZE,
-            vec![],
-        )
-        .unwrap();
+        let r = bookworm();
 
         let a = mmdebstrap_args(
             &r,

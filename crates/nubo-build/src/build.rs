@@ -142,6 +142,15 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
             .collect(),
     };
 
+    // One build of a final key at a time: a second waits, then finds the first's layers.
+    let _building = cache.lock_build(&final_key, || {
+        events(Event::Step(format!(
+            "waiting for another build of {} (the same steps, key sha256:{})",
+            req.vmfile.display(),
+            &final_key[..12]
+        )))
+    })?;
+
     // The longest cached prefix.
     let mut hit = 0;
     let mut hit_layer: Option<PathBuf> = None;

@@ -7,6 +7,7 @@
 //! <store>/build-cache/<key>.qcow2   layer: backing = FROM's blob (absolute path), mode 0444
 //! <store>/build-cache/<key>.image   {"digest": ...}: the sealed image a final key gave
 //! <store>/build-cache/tmp/<id>/     one build's work files, with its flock (`lock`)
+//! <store>/build-cache/locks/<key>    held (flock) by the build of a final key while it runs
 //! ```
 
 use std::collections::BTreeMap;
@@ -135,6 +136,33 @@ impl Cache {
         Ok((d, lock))
     }
 
+    /// Takes the lock of the build of `key` (a final key), for the caller's build. Two builds
+    /// of the same VMfile would otherwise boot two VMs to make the same layers; the second waits
+    /// here, calling `waiting` once first, and then finds the first's layers cached. The kernel
+    /// releases the lock of a build that dies.
+    pub fn lock_build(&self, key: &str, waiting: impl FnOnce()) -> Result<Flock<fs::File>, BuildError> {
+        let d = self.dir.join("locks");
+        fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
+        let p = d.join(key);
+        let open = || {
+            fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&p)
+                .map_err(io(format!("opening {}", p.display())))
+        };
+        let locked = |f, how| Flock::lock(f, how).map_err(|(f, e)| (f, e, format!("locking {}", p.display())));
+        match locked(open()?, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => Ok(l),
+            Err((f, nix::errno::Errno::EWOULDBLOCK, _)) => {
+                waiting();
+                locked(f, FlockArg::LockExclusive).map_err(|(_, e, what)| BuildError::Io { what, source: e.into() })
+            }
+            Err((_, e, what)) => Err(BuildError::Io { what, source: e.into() }),
+        }
+    }
+
     /// Work directories whose build is gone (killed, interrupted): their ids, each locked now.
     /// Those with a `kept` marker (`--keep-failed`) are left alone.
     pub fn stale(&self) -> Vec<(String, PathBuf, Flock<fs::File>)> {
@@ -212,7 +240,50 @@ fn du(p: &Path) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
     use super::*;
+
+    #[test]
+    fn lock_build_second_build_waits_saying_so_until_the_first_ends() {
+        let store = tempfile::tempdir().unwrap();
+        let cache = Arc::new(Cache::open(store.path()).unwrap());
+        let first = cache.lock_build("k", || panic!("the first build waited")).unwrap();
+        let released = Arc::new(AtomicBool::new(false));
+        let (said, heard) = mpsc::channel();
+
+        let second = {
+            let (cache, released) = (cache.clone(), released.clone());
+            std::thread::spawn(move || {
+                let _l = cache.lock_build("k", move || said.send(()).unwrap()).unwrap();
+                released.load(Ordering::SeqCst)
+            })
+        };
+        heard
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the second build said it waits");
+        std::thread::sleep(Duration::from_millis(200));
+        released.store(true, Ordering::SeqCst);
+        drop(first);
+
+        assert!(
+            second.join().unwrap(),
+            "the second build ran before the first released its lock"
+        );
+    }
+
+    #[test]
+    fn lock_build_other_keys_do_not_wait() {
+        let store = tempfile::tempdir().unwrap();
+        let cache = Cache::open(store.path()).unwrap();
+        let _first = cache.lock_build("k", || {}).unwrap();
+
+        let other = cache.lock_build("other", || panic!("a build of another key waited"));
+
+        assert!(other.is_ok());
+    }
 
     #[test]
     fn step_key_changes_with_text_env_and_content() {

@@ -611,200 +611,261 @@ mod tests {
         }
     }
 
-    fn wait_predicted(
-        lines: &[&str],
-        target: WaitFor,
-        timeout: Duration,
-        p: Predicted,
-    ) -> Result<Outcome, ReadinessError> {
-        let log = log_with(lines);
-        let mut p = p;
-        wait(log.path(), 0, target, timeout, Instant::now(), &mut p, &mut |_, _| {})
-    }
-
     const T: Duration = Duration::from_secs(60);
     const ADDR: &str = "10.237.0.9";
 
-    #[test]
-    fn address_step_banner_is_up_for_ssh() {
-        let step = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, true, false, false, T);
+    /// What waiting knows besides the host's check: an SSH banner from the address, cloud-init's
+    /// closing line, whether this is the last look.
+    #[derive(Clone, Copy)]
+    struct Known {
+        banner: bool,
+        finished: bool,
+        timed_out: bool,
+    }
 
-        assert!(
-            matches!(step, AddressStep::Done(AddressOutcome::Up { ref evidence, .. }) if evidence.contains("SSH banner")),
-            "{step:?}"
-        );
+    const EARLY: Known = Known {
+        banner: false,
+        finished: false,
+        timed_out: false,
+    };
+    const BANNER: Known = Known { banner: true, ..EARLY };
+    const DONE: Known = Known {
+        finished: true,
+        ..EARLY
+    };
+    const LAST: Known = Known {
+        timed_out: true,
+        ..EARLY
+    };
+
+    fn up(evidence: &str) -> AddressOutcome {
+        AddressOutcome::Up {
+            address: ADDR.into(),
+            evidence: evidence.into(),
+        }
     }
 
     #[test]
-    fn address_step_neighbour_entry_after_cloud_init_is_up() {
-        let seen = AddressCheck::Seen("neighbour entry".into());
+    fn address_step_each_case_decides_as_named() {
+        use AddressStep::{Done, Fail, Wait};
+        use WaitFor::{CloudInit, Ssh};
+        let seen = || AddressCheck::Seen("neighbour entry".into());
+        let unverifiable = || AddressCheck::Unverifiable("no route".into());
+        let cannot_check = Failure::AddressUnverifiable {
+            address: ADDR.into(),
+            why: "no route".into(),
+        };
+        let note = AddressOutcome::Unverifiable {
+            address: ADDR.into(),
+            why: "no route".into(),
+        };
+        let never = Failure::AddressNeverAnswered {
+            address: ADDR.into(),
+            after_secs: 60,
+        };
+        let cases = [
+            (
+                "a banner is up for ssh",
+                Ssh,
+                AddressCheck::NotSeen,
+                BANNER,
+                Done(up("SSH banner from 10.237.0.9:22")),
+            ),
+            (
+                "a neighbour entry before cloud-init finished waits",
+                CloudInit,
+                seen(),
+                EARLY,
+                Wait,
+            ),
+            (
+                "a neighbour entry after cloud-init finished is up",
+                CloudInit,
+                seen(),
+                DONE,
+                Done(up("neighbour entry")),
+            ),
+            ("a neighbour entry does not prove ssh", Ssh, seen(), EARLY, Wait),
+            (
+                "unverifiable fails ssh at once",
+                Ssh,
+                unverifiable(),
+                EARLY,
+                Fail(cannot_check),
+            ),
+            (
+                "unverifiable waits for cloud-init",
+                CloudInit,
+                unverifiable(),
+                EARLY,
+                Wait,
+            ),
+            (
+                "unverifiable is a note beside cloud-init finished",
+                CloudInit,
+                unverifiable(),
+                DONE,
+                Done(note),
+            ),
+            (
+                "not seen waits before the timeout",
+                Ssh,
+                AddressCheck::NotSeen,
+                EARLY,
+                Wait,
+            ),
+            (
+                "not seen fails ssh at the timeout",
+                Ssh,
+                AddressCheck::NotSeen,
+                LAST,
+                Fail(never),
+            ),
+            (
+                "a cloud-init timeout stays a cloud-init timeout",
+                CloudInit,
+                AddressCheck::NotSeen,
+                LAST,
+                Wait,
+            ),
+        ];
 
-        let before = address_step(WaitFor::CloudInit, ADDR, &seen, false, false, false, T);
-        let after = address_step(WaitFor::CloudInit, ADDR, &seen, false, true, false, T);
+        for (name, target, check, k, expected) in cases {
+            let step = address_step(target, ADDR, &check, k.banner, k.finished, k.timed_out, T);
 
-        assert_eq!(before, AddressStep::Wait);
-        assert!(
-            matches!(after, AddressStep::Done(AddressOutcome::Up { .. })),
-            "{after:?}"
-        );
+            assert_eq!(step, expected, "{name}");
+        }
+    }
+
+    /// What [`wait`] on a predicted address must end with.
+    enum Ends {
+        Up {
+            reached: Phase,
+            cloud_init_seen: bool,
+            address: AddressOutcome,
+        },
+        Fails {
+            failure: Failure,
+            last_phase: Option<Phase>,
+            says: &'static str,
+        },
     }
 
     #[test]
-    fn address_step_neighbour_entry_does_not_prove_ssh() {
-        let step = address_step(
-            WaitFor::Ssh,
-            ADDR,
-            &AddressCheck::Seen("n".into()),
-            false,
-            false,
-            false,
-            T,
-        );
+    fn wait_predicted_each_case_ends_as_named() {
+        use WaitFor::{CloudInit, Ssh};
+        let check = |c: AddressCheck| Predicted { ssh: false, check: c };
+        let cases = [
+            (
+                "cloud-init finished and the address seen is up",
+                &[FINISHED][..],
+                CloudInit,
+                Duration::from_secs(5),
+                check(AddressCheck::Seen("neighbour entry".into())),
+                Ends::Up {
+                    reached: Phase::CloudInitFinished,
+                    cloud_init_seen: true,
+                    address: up("neighbour entry"),
+                },
+            ),
+            (
+                "cloud-init finished but the address unverifiable says why",
+                &[FINISHED][..],
+                CloudInit,
+                Duration::from_secs(5),
+                check(AddressCheck::Unverifiable("no route to 10.237.0.9".into())),
+                Ends::Up {
+                    reached: Phase::CloudInitFinished,
+                    cloud_init_seen: true,
+                    address: AddressOutcome::Unverifiable {
+                        address: ADDR.into(),
+                        why: "no route to 10.237.0.9".into(),
+                    },
+                },
+            ),
+            (
+                "cloud-init finished but the address never answered fails naming it",
+                &[FINISHED][..],
+                CloudInit,
+                Duration::from_millis(600),
+                check(AddressCheck::NotSeen),
+                Ends::Fails {
+                    // The timeout in whole seconds.
+                    failure: Failure::AddressNeverAnswered {
+                        address: ADDR.into(),
+                        after_secs: 0,
+                    },
+                    last_phase: Some(Phase::CloudInitFinished),
+                    says: "nothing answered at its predicted address 10.237.0.9",
+                },
+            ),
+            (
+                "an ssh banner is up without asking cloud-init",
+                &[][..],
+                Ssh,
+                Duration::from_secs(10),
+                Predicted {
+                    ssh: true,
+                    check: AddressCheck::NotSeen,
+                },
+                Ends::Up {
+                    reached: Phase::SshReachable,
+                    cloud_init_seen: false,
+                    address: up("SSH banner from 10.237.0.9:22"),
+                },
+            ),
+            (
+                "ssh to an unverifiable address fails before the timeout",
+                &[][..],
+                Ssh,
+                Duration::from_secs(30),
+                check(AddressCheck::Unverifiable("no route".into())),
+                Ends::Fails {
+                    failure: Failure::AddressUnverifiable {
+                        address: ADDR.into(),
+                        why: "no route".into(),
+                    },
+                    last_phase: Some(Phase::VmmRunning),
+                    says: "cannot be checked from here: no route",
+                },
+            ),
+        ];
 
-        assert_eq!(step, AddressStep::Wait);
-    }
+        for (name, lines, target, timeout, mut probes, ends) in cases {
+            let log = log_with(lines);
+            let t = Instant::now();
 
-    #[test]
-    fn address_step_unverifiable_fails_ssh_at_once_and_notes_beside_cloud_init() {
-        let why = AddressCheck::Unverifiable("no route".into());
+            let got = wait(log.path(), 0, target, timeout, t, &mut probes, &mut |_, _| {});
 
-        let ssh = address_step(WaitFor::Ssh, ADDR, &why, false, false, false, T);
-        let pending = address_step(WaitFor::CloudInit, ADDR, &why, false, false, false, T);
-        let finished = address_step(WaitFor::CloudInit, ADDR, &why, false, true, false, T);
-
-        assert!(
-            matches!(ssh, AddressStep::Fail(Failure::AddressUnverifiable { .. })),
-            "{ssh:?}"
-        );
-        assert_eq!(pending, AddressStep::Wait);
-        assert!(
-            matches!(finished, AddressStep::Done(AddressOutcome::Unverifiable { .. })),
-            "{finished:?}"
-        );
-    }
-
-    #[test]
-    fn address_step_not_seen_fails_only_at_the_timeout() {
-        let waiting = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, false, false, false, T);
-        let last = address_step(WaitFor::Ssh, ADDR, &AddressCheck::NotSeen, false, false, true, T);
-        let cloud_init_pending = address_step(WaitFor::CloudInit, ADDR, &AddressCheck::NotSeen, false, false, true, T);
-
-        assert_eq!(waiting, AddressStep::Wait);
-        assert_eq!(
-            last,
-            AddressStep::Fail(Failure::AddressNeverAnswered {
-                address: ADDR.into(),
-                after_secs: 60
-            })
-        );
-        assert_eq!(
-            cloud_init_pending,
-            AddressStep::Wait,
-            "a cloud-init timeout stays a cloud-init timeout"
-        );
-    }
-
-    #[test]
-    fn wait_predicted_cloud_init_finished_and_seen_is_up() {
-        let out = wait_predicted(
-            &[FINISHED],
-            WaitFor::CloudInit,
-            Duration::from_secs(5),
-            Predicted {
-                ssh: false,
-                check: AddressCheck::Seen("neighbour entry".into()),
-            },
-        )
-        .unwrap();
-
-        assert!(out.finished.is_some());
-        assert!(matches!(out.address, Some(AddressOutcome::Up { .. })), "{out:?}");
-    }
-
-    #[test]
-    fn wait_predicted_cloud_init_finished_but_unverifiable_says_why() {
-        let out = wait_predicted(
-            &[FINISHED],
-            WaitFor::CloudInit,
-            Duration::from_secs(5),
-            Predicted {
-                ssh: false,
-                check: AddressCheck::Unverifiable("no route to 10.237.0.9".into()),
-            },
-        )
-        .unwrap();
-
-        assert_eq!(
-            out.address,
-            Some(AddressOutcome::Unverifiable {
-                address: ADDR.into(),
-                why: "no route to 10.237.0.9".into()
-            })
-        );
-    }
-
-    #[test]
-    fn wait_predicted_cloud_init_finished_never_answered_fails_naming_address() {
-        let err = wait_predicted(
-            &[FINISHED],
-            WaitFor::CloudInit,
-            Duration::from_millis(600),
-            Predicted {
-                ssh: false,
-                check: AddressCheck::NotSeen,
-            },
-        )
-        .unwrap_err();
-
-        assert!(matches!(err.failure, Failure::AddressNeverAnswered { .. }), "{err}");
-        assert!(
-            err.to_string()
-                .contains("nothing answered at its predicted address 10.237.0.9"),
-            "{err}"
-        );
-        assert_eq!(err.last_phase, Some(Phase::CloudInitFinished));
-    }
-
-    #[test]
-    fn wait_predicted_ssh_banner_is_up_without_asking_cloud_init() {
-        let out = wait_predicted(
-            &[],
-            WaitFor::Ssh,
-            Duration::from_secs(10),
-            Predicted {
-                ssh: true,
-                check: AddressCheck::NotSeen,
-            },
-        )
-        .unwrap();
-
-        assert_eq!(out.reached, Phase::SshReachable);
-        assert!(
-            matches!(out.address, Some(AddressOutcome::Up { ref evidence, .. }) if evidence.contains("SSH banner")),
-            "{out:?}"
-        );
-    }
-
-    #[test]
-    fn wait_predicted_ssh_unverifiable_fails_before_the_timeout() {
-        let t = Instant::now();
-
-        let err = wait_predicted(
-            &[],
-            WaitFor::Ssh,
-            Duration::from_secs(30),
-            Predicted {
-                ssh: false,
-                check: AddressCheck::Unverifiable("no route".into()),
-            },
-        )
-        .unwrap_err();
-
-        assert!(
-            err.to_string().contains("cannot be checked from here: no route"),
-            "{err}"
-        );
-        assert!(t.elapsed() < Duration::from_secs(5));
+            assert!(t.elapsed() < Duration::from_secs(5), "{name}: took {:?}", t.elapsed());
+            match (got, ends) {
+                (
+                    Ok(out),
+                    Ends::Up {
+                        reached,
+                        cloud_init_seen,
+                        address,
+                    },
+                ) => {
+                    assert_eq!(out.reached, reached, "{name}");
+                    assert_eq!(out.finished.is_some(), cloud_init_seen, "{name}");
+                    assert_eq!(out.address, Some(address), "{name}");
+                }
+                (
+                    Err(err),
+                    Ends::Fails {
+                        failure,
+                        last_phase,
+                        says,
+                    },
+                ) => {
+                    assert_eq!(err.failure, failure, "{name}");
+                    assert_eq!(err.last_phase, last_phase, "{name}");
+                    assert!(err.to_string().contains(says), "{name}: {err}");
+                }
+                (got, _) => panic!("{name}: ended the other way: {got:?}"),
+            }
+        }
     }
 
     /// [`wait`] from the start of `log`, ignoring phase reports.
@@ -847,42 +908,51 @@ mod tests {
     }
 
     #[test]
-    fn wait_datasource_none_is_failure_with_causes() {
-        let log = log_with(&["Cloud-init v. 22.4.2 finished at X. Datasource DataSourceNone.  Up 9.00 seconds\n"]);
+    fn wait_each_failure_ends_at_once_saying_why() {
+        let cases: [(&str, &[&str], bool, &[&str]); 4] = [
+            (
+                "DataSourceNone is a failure with its causes",
+                &["Cloud-init v. 22.4.2 finished at X. Datasource DataSourceNone.  Up 9.00 seconds\n"],
+                true,
+                &["read no seed", "Joliet"],
+            ),
+            (
+                "finished with a warning is a failure listing it",
+                &["2026 - cc_runcmd.py[WARNING]: Failed to run module runcmd\n", FINISHED],
+                true,
+                &["finished with errors", "cc_runcmd"],
+            ),
+            (
+                "a kernel panic fails naming its line and the phase",
+                &[
+                    "Linux version 6.1.0\n",
+                    "Kernel panic - not syncing: VFS: Unable to mount root fs\n",
+                ],
+                true,
+                &[
+                    "failed to boot",
+                    "Unable to mount root fs",
+                    "last phase: kernel booting",
+                ],
+            ),
+            ("the VMM's exit is a failure", &[], false, &["VMM exited"]),
+        ];
 
-        let err = wait_on(
-            log.path(),
-            WaitFor::CloudInit,
-            Duration::from_secs(5),
-            Fake {
-                alive: true,
-                ssh: false,
-            },
-        )
-        .unwrap_err();
+        for (name, lines, alive, says) in cases {
+            let log = log_with(lines);
+            let t = Instant::now();
 
-        assert!(err.contains("read no seed") && err.contains("Joliet"), "{err}");
-    }
+            let got = wait_on(
+                log.path(),
+                WaitFor::CloudInit,
+                Duration::from_secs(30),
+                Fake { alive, ssh: false },
+            );
 
-    #[test]
-    fn wait_finished_with_warning_is_failure_listing_it() {
-        let log = log_with(&["2026 - cc_runcmd.py[WARNING]: Failed to run module runcmd\n", FINISHED]);
-
-        let err = wait_on(
-            log.path(),
-            WaitFor::CloudInit,
-            Duration::from_secs(5),
-            Fake {
-                alive: true,
-                ssh: false,
-            },
-        )
-        .unwrap_err();
-
-        assert!(
-            err.contains("finished with errors") && err.contains("cc_runcmd"),
-            "{err}"
-        );
+            let err = got.expect_err(name);
+            assert!(says.iter().all(|w| err.contains(w)), "{name}: {err}");
+            assert!(t.elapsed() < Duration::from_secs(5), "{name}: took {:?}", t.elapsed());
+        }
     }
 
     #[test]
@@ -911,51 +981,6 @@ mod tests {
         let line = "ALERT!  UUID=9eb4 does not exist.  Dropping to a shell!";
 
         assert_eq!(classify(line), Some(ConsoleEvent::BootFailed(line.to_owned())));
-    }
-
-    #[test]
-    fn wait_kernel_panic_fails_at_once_naming_line() {
-        let log = log_with(&[
-            "Linux version 6.1.0\n",
-            "Kernel panic - not syncing: VFS: Unable to mount root fs\n",
-        ]);
-        let t = Instant::now();
-
-        let err = wait_on(
-            log.path(),
-            WaitFor::CloudInit,
-            Duration::from_secs(30),
-            Fake {
-                alive: true,
-                ssh: false,
-            },
-        )
-        .unwrap_err();
-
-        assert!(
-            err.contains("failed to boot") && err.contains("Unable to mount root fs"),
-            "{err}"
-        );
-        assert!(err.contains("last phase: kernel booting"), "{err}");
-        assert!(t.elapsed() < Duration::from_secs(5));
-    }
-
-    #[test]
-    fn wait_vmm_exit_is_failure() {
-        let log = log_with(&[]);
-
-        let err = wait_on(
-            log.path(),
-            WaitFor::CloudInit,
-            Duration::from_secs(5),
-            Fake {
-                alive: false,
-                ssh: false,
-            },
-        )
-        .unwrap_err();
-
-        assert!(err.contains("VMM exited"), "{err}");
     }
 
     #[test]

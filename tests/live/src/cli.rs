@@ -164,11 +164,16 @@ pub fn guest(root: &TestRoot, name: &str, cmd: &str) -> Result<String, String> {
     }
 }
 
+/// How a [`Cleanup`] runs `nubo ARGS` under a root, bounded (plain [`nubo`] unless told).
+type Runner<'a> = Box<dyn Fn(&TestRoot, &[&str], Duration) -> Result<Out, String> + 'a>;
+
 /// Removes the test's VMs (`nubo vm rm --force`) and kills, by PID, any QEMU whose command line
-/// names the test's root, on every path out of the test.
+/// names the test's root and any Cloud Hypervisor of its run directory, on every path out of
+/// the test.
 pub struct Cleanup<'a> {
     root: &'a TestRoot,
     names: Vec<String>,
+    nubo: Runner<'a>,
 }
 
 impl<'a> Cleanup<'a> {
@@ -176,24 +181,58 @@ impl<'a> Cleanup<'a> {
         Cleanup {
             root,
             names: names.iter().map(|s| s.to_string()).collect(),
+            nubo: Box::new(nubo),
         }
+    }
+
+    /// Runs `vm rm --force` through `run`: for tests whose `nubo` runs in a namespace of its own
+    /// or with another VMM on PATH.
+    pub fn through(mut self, run: impl Fn(&TestRoot, &[&str], Duration) -> Result<Out, String> + 'a) -> Self {
+        self.nubo = Box::new(run);
+        self
     }
 }
 
 impl Drop for Cleanup<'_> {
     fn drop(&mut self) {
         for n in &self.names {
-            if let Ok(out) = nubo(self.root, &["vm", "rm", "--force", n], QUICK) {
+            if let Ok(out) = (self.nubo)(self.root, &["vm", "rm", "--force", n], QUICK) {
                 if !out.ok {
                     eprintln!("cleanup: `vm rm --force {n}` failed: {}", out.stderr.trim());
                 }
             }
         }
-        for (pid, _) in qemu_processes(self.root) {
-            eprintln!("cleanup: killing stray QEMU pid {pid}");
+        let strays = qemu_processes(self.root)
+            .into_iter()
+            .map(|(pid, _)| (pid, "QEMU"))
+            .chain(
+                cloud_hypervisor_processes(self.root)
+                    .into_iter()
+                    .map(|(pid, _)| (pid, "Cloud Hypervisor")),
+            );
+        for (pid, what) in strays {
+            eprintln!("cleanup: killing stray {what} pid {pid}");
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
+}
+
+/// Every Cloud Hypervisor process of the test's root (its API socket is under the root's run
+/// directory), children included: (pid, the `NUBO_VM_UUID` in its environment).
+pub fn cloud_hypervisor_processes(root: &TestRoot) -> Vec<(i32, String)> {
+    let needle = root.run_dir().display().to_string();
+    let mut found = Vec::new();
+    for (pid, dir) in processes() {
+        let cmdline = fs::read(dir.join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains(&needle) {
+            continue;
+        }
+        let env = fs::read(dir.join("environ")).unwrap_or_default();
+        if let Some(uuid) = env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"NUBO_VM_UUID=")) {
+            found.push((pid, String::from_utf8_lossy(uuid).into_owned()));
+        }
+    }
+    found
 }
 
 /// QEMU processes whose command line mentions the test's NUBO_ROOT (their disk lives there):
@@ -201,11 +240,8 @@ impl Drop for Cleanup<'_> {
 pub fn qemu_processes(root: &TestRoot) -> Vec<(i32, String)> {
     let needle = root.root().display().to_string();
     let mut found = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(raw) = fs::read(e.path().join("cmdline")) else {
+    for (pid, dir) in processes() {
+        let Ok(raw) = fs::read(dir.join("cmdline")) else {
             continue;
         };
         let args: Vec<String> = raw
@@ -219,6 +255,14 @@ pub fn qemu_processes(root: &TestRoot) -> Vec<(i32, String)> {
     }
     found.sort();
     found
+}
+
+/// Every process: its pid and its `/proc` directory.
+fn processes() -> impl Iterator<Item = (i32, std::path::PathBuf)> {
+    fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+        Some((pid, e.path()))
+    })
 }
 
 /// Exactly one QEMU runs for the test's root, and it is the VM with `uuid`: its pid.

@@ -47,6 +47,18 @@ impl LiveTest {
     }
 }
 
+/// Runs `body`, printing `timing WHAT: S s (ok|failed)` after it.
+pub fn timed(what: &str, body: impl FnOnce() -> TestResult) -> TestResult {
+    let t = std::time::Instant::now();
+    let r = body();
+    println!(
+        "timing {what}: {:.2}s ({})",
+        t.elapsed().as_secs_f64(),
+        if r.is_ok() { "ok" } else { "failed" }
+    );
+    r
+}
+
 /// Whether `NUBO_LIVE_REQUIRE` makes `prereq` mandatory.
 pub fn required(prereq: &str) -> bool {
     let v = std::env::var("NUBO_LIVE_REQUIRE").unwrap_or_default();

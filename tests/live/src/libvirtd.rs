@@ -39,10 +39,45 @@ fn write(p: &Path, text: &str) -> Result<(), String> {
     fs::write(p, text).map_err(|e| format!("cannot write {}: {e}", p.display()))
 }
 
+/// The shell commands that give libvirtd, in the namespace's private mount namespace, the
+/// test's directories as its own. `/run/libvirt` is made on a tmpfs over `/run` there: the
+/// host's `/run` gets no mount point (an empty `/run/libvirt` was left behind before), and no
+/// test removes one another test's libvirtd still has mounted. `/run/lock` (`/var/lock`) is
+/// made again there: libvirtd locks a console's pty in it.
+fn mounts(d: &Path) -> String {
+    let p = |s: &str| d.join(s).display().to_string();
+    format!(
+        "set -e; mount -t tmpfs -o mode=0755 nubo-run /run; mkdir /run/libvirt; mkdir -m 1777 /run/lock; \
+         mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
+         mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt",
+        etc = p("etc"),
+        run = p("run"),
+        lib = p("lib"),
+        cache = p("cache"),
+        log = p("log"),
+    )
+}
+
+/// How a test's libvirtd differs from the default one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// The read-write socket open to every user (`unix_sock_rw_perms = "0777"`, no auth, its
+    /// directories traversable), for a test that runs `nubo` as an unprivileged caller.
+    pub open_socket: bool,
+    /// libvirt's `dynamic_ownership = 1`: it chowns every file of a domain to the domain's DAC
+    /// label unless the label says `relabel='no'` (the default test libvirtd never relabels).
+    pub dynamic_ownership: bool,
+}
+
 impl Libvirtd {
     /// Starts libvirtd and virtlogd in a new network namespace, with the isolated network
     /// `default` (DHCP on `SUBNET`.0/24) started.
     pub fn start() -> Result<Libvirtd, String> {
+        Libvirtd::start_with(Options::default())
+    }
+
+    /// [`Libvirtd::start`] with `opts`.
+    pub fn start_with(opts: Options) -> Result<Libvirtd, String> {
         let dir = tempfile::Builder::new()
             .prefix("nlv")
             .tempdir_in("/tmp")
@@ -69,14 +104,25 @@ impl Libvirtd {
         write(
             &d.join("etc/libvirtd.conf"),
             &format!(
-                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
-                sock.display()
+                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"{}\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
+                sock.display(),
+                if opts.open_socket { "0777" } else { "0700" }
             ),
         )?;
         write(
             &d.join("etc/qemu.conf"),
-            "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = 0\nremember_owner = 0\n",
+            &format!(
+                "user = \"root\"\ngroup = \"root\"\ndynamic_ownership = {}\nremember_owner = 0\n",
+                u8::from(opts.dynamic_ownership)
+            ),
         )?;
+        if opts.open_socket {
+            use std::os::unix::fs::PermissionsExt;
+            for p in [d.clone(), sock.clone()] {
+                fs::set_permissions(&p, fs::Permissions::from_mode(0o755))
+                    .map_err(|e| format!("cannot open {} to other users: {e}", p.display()))?;
+            }
+        }
         let mut me = Libvirtd {
             uri: format!("qemu:///system?socket={}/libvirt-sock", sock.display()),
             ns: ns.clone(),
@@ -89,18 +135,10 @@ impl Libvirtd {
             QUICK,
         )?
         .require()?;
-        fs::create_dir_all("/run/libvirt").map_err(|e| format!("cannot create /run/libvirt: {e}"))?;
-        let p = |s: &str| d.join(s).display().to_string();
         let script = format!(
-            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
-             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
-             virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
+            "{}; virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
              exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >{d}/libvirtd.out 2>&1",
-            etc = p("etc"),
-            run = p("run"),
-            lib = p("lib"),
-            cache = p("cache"),
-            log = p("log"),
+            mounts(&d),
             d = d.display()
         );
         me.spawn(&script)?;
@@ -153,16 +191,9 @@ impl Libvirtd {
             g.wait_timeout(Duration::from_secs(30))?;
         }
         let d = self.dir.path().to_path_buf();
-        let p = |s: &str| d.join(s).display().to_string();
         let script = format!(
-            "set -e; mount --bind {etc} /etc/libvirt; mount --bind {run} /run/libvirt; mount --bind {lib} /var/lib/libvirt; \
-             mount --bind {cache} /var/cache/libvirt; mount --bind {log} /var/log/libvirt; \
-             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
-            etc = p("etc"),
-            run = p("run"),
-            lib = p("lib"),
-            cache = p("cache"),
-            log = p("log"),
+            "{}; exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
+            mounts(&d),
             d = d.display()
         );
         self.spawn(&script)

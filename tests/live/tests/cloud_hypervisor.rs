@@ -21,7 +21,7 @@
 //! VMs that need no network are made with `--network none` (no tap, no net device) and run in
 //! the test's own namespace.
 //! Every command is bounded; every VM is removed with `vm rm --force` and its VMM killed by PID
-//! on every path ([`Cleanup`]).
+//! on every path (the live crate's [`Cleanup`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use nubo_backend::cloud_hypervisor::CloudHypervisorBackend;
 use nubo_backend::{Backend, Restored, VmRef};
 use nubo_core::VmState;
-use nubo_live::cli::{self, Out};
-use nubo_live::{prereq, pvh, run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::cli::{self, Cleanup, Out};
+use nubo_live::{prereq, pvh, run_with_timeout, timed, Guard, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
 /// One cloud-init boot on real KVM (never here).
@@ -49,6 +49,9 @@ fn main() -> ExitCode {
         LiveTest::new("ch_killed_create_converges", &["cloud-hypervisor"], || {
             timed("killed_create", killed_create)
         }),
+        LiveTest::new("ch_cleanup_removes_vms_and_stray_vmms", &["cloud-hypervisor"], || {
+            timed("cleanup", cleanup)
+        }),
         LiveTest::new("ch_workload_microvm_apply", &["cloud-hypervisor"], || {
             timed("workload_apply", workload_apply)
         }),
@@ -59,17 +62,6 @@ fn main() -> ExitCode {
             timed("cloud_init", cloud_init)
         }),
     ])
-}
-
-fn timed(what: &str, body: impl FnOnce() -> TestResult) -> TestResult {
-    let t = Instant::now();
-    let r = body();
-    println!(
-        "timing {what}: {:.2}s ({})",
-        t.elapsed().as_secs_f64(),
-        if r.is_ok() { "ok" } else { "failed" }
-    );
-    r
 }
 
 /// The directory holding the Cloud Hypervisor binary, put first on nubo's PATH.
@@ -124,25 +116,6 @@ fn must(o: Out) -> Result<Out, String> {
 fn must_fail(o: Out, needles: &[&str]) -> Result<String, String> {
     let o = o.refused(needles)?;
     Ok(o.stderr.lines().last().unwrap_or_default().to_owned())
-}
-
-/// Removes the VMs (`vm rm --force`) and kills any VMM of theirs by PID, on every path.
-struct Cleanup<'a> {
-    root: &'a TestRoot,
-    names: Vec<String>,
-}
-
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        for n in &self.names {
-            if let Ok(rec) = record(self.root, n) {
-                if let Some(pid) = vmm_pid(&rec) {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                }
-            }
-            let _ = nubo(self.root, &["vm", "rm", "--force", n], QUICK);
-        }
-    }
 }
 
 fn record(root: &TestRoot, name: &str) -> Result<serde_json::Value, String> {
@@ -256,10 +229,7 @@ fn pvh_lifecycle() -> TestResult {
     let (elf, disk) = guest_files(files.path())?;
     let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
     let name = "pvh";
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec![name.into()],
-    };
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo);
 
     // Create: no --backend; a microvm workload goes to cloud-hypervisor.
     let t0 = Instant::now();
@@ -437,17 +407,6 @@ fn pvh_lifecycle() -> TestResult {
     Ok(())
 }
 
-fn vms_empty(root: &TestRoot, what: &str) -> TestResult {
-    let left: Vec<_> = fs::read_dir(root.root().join("vms"))
-        .map(|d| d.flatten().map(|e| e.file_name()).collect())
-        .unwrap_or_default();
-    if left.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("{what} left {left:?}"))
-    }
-}
-
 fn refusals() -> TestResult {
     let root = TestRoot::new()?;
     let files = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -456,10 +415,7 @@ fn refusals() -> TestResult {
     let text_kernel = files.path().join("not-a-kernel");
     fs::write(&text_kernel, "#!/bin/sh\necho hello\n").map_err(|e| e.to_string())?;
     let text_kernel = text_kernel.display().to_string();
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec!["bad".into()],
-    };
+    let _cleanup = Cleanup::new(&root, &["bad"]).through(nubo);
     let base = |extra: &[&str], kernel: &str| -> Vec<String> {
         let mut a: Vec<String> = [
             "vm",
@@ -514,7 +470,7 @@ fn refusals() -> TestResult {
     for (what, args, needles) in cases {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         let msg = must_fail(nubo(&root, &a, QUICK)?, &needles)?;
-        vms_empty(&root, what)?;
+        cli::vms_empty(&root, what)?;
         println!("  {what}: {msg}");
     }
 
@@ -544,7 +500,7 @@ fn refusals() -> TestResult {
         Err(e) if e.contains("ch.sock") && e.contains("NUBO_RUN_DIR") => println!("  socket path too long: refused"),
         other => return Err(format!("a 110-byte API socket path was not refused by name: {other:?}")),
     }
-    vms_empty(&root, "socket path too long")?;
+    cli::vms_empty(&root, "socket path too long")?;
 
     // A VM of the same name on another backend: the existing VM's backend wins, the
     // difference is named. It is made with `--network none`: no tap, no bridge, so it runs
@@ -571,14 +527,14 @@ fn refusals() -> TestResult {
     let msg = must_fail(nubo_here(&root, &other, QUICK)?, &["backend"])?;
     println!("  same name on another backend: {msg}");
     must(nubo_here(&root, &["vm", "rm", "--force", "bad"], QUICK)?)?;
-    vms_empty(&root, "rm")
+    cli::vms_empty(&root, "rm")
 }
 
 /// Cloud Hypervisor VMMs of the test's root (their API socket is under its run dir): (pid, the
 /// `NUBO_VM_UUID` in their environment). A VMM's own children (it forks one to watch the
 /// console pty's window size) are not counted.
 fn ch_processes(root: &TestRoot) -> Vec<(i32, String)> {
-    let all = ch_process_tree(root);
+    let all = cli::cloud_hypervisor_processes(root);
     let parent = |pid: i32| -> Option<i32> {
         let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         status
@@ -592,26 +548,6 @@ fn ch_processes(root: &TestRoot) -> Vec<(i32, String)> {
         .collect()
 }
 
-/// Every Cloud Hypervisor process of the test's root, children included.
-fn ch_process_tree(root: &TestRoot) -> Vec<(i32, String)> {
-    let needle = root.run_dir().display().to_string();
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
-        if !String::from_utf8_lossy(&cmdline).contains(&needle) {
-            continue;
-        }
-        let env = fs::read(e.path().join("environ")).unwrap_or_default();
-        if let Some(uuid) = env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"NUBO_VM_UUID=")) {
-            found.push((pid, String::from_utf8_lossy(uuid).into_owned()));
-        }
-    }
-    found
-}
-
 /// `vm create` killed at several points (before, around and after Cloud Hypervisor's spawn),
 /// then the same create again: it converges to one VM with one VMM, and `rm` leaves none.
 /// `--network none`: no namespace needed, and nothing a killed create could leave on the host.
@@ -621,10 +557,7 @@ fn killed_create() -> TestResult {
     let (elf, disk) = guest_files(files.path())?;
     let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
     let name = "crash";
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec![name.into()],
-    };
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo);
     let mut args = create_args(name, &elf, &disk);
     args.extend(["--network", "none"]);
     let nubo_path = nubo_live::nubo_bin()?;
@@ -670,7 +603,7 @@ fn killed_create() -> TestResult {
                 .collect();
             format!(
                 "{what}: {e}\nvmm.log:\n{log}\nlisteners: {ss:?}\nprocs: {:?}",
-                ch_process_tree(&root)
+                cli::cloud_hypervisor_processes(&root)
             )
         })?;
         let rec = record(&root, name)?;
@@ -686,16 +619,55 @@ fn killed_create() -> TestResult {
         }
         must(nubo_here(&root, &["vm", "rm", "--force", name], QUICK)?).map_err(|e| format!("{what}: {e}"))?;
         let t0 = Instant::now();
-        while !ch_process_tree(&root).is_empty() {
+        while !cli::cloud_hypervisor_processes(&root).is_empty() {
             if t0.elapsed() > Duration::from_secs(10) {
-                return Err(format!("{what}: rm left {:?}", ch_process_tree(&root)));
+                return Err(format!("{what}: rm left {:?}", cli::cloud_hypervisor_processes(&root)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        vms_empty(&root, &what)?;
+        cli::vms_empty(&root, &what)?;
     }
     println!("  {} killed creates each converged to one VM and one VMM", points.len());
     Ok(())
+}
+
+/// The shared [`Cleanup`], as every test here leaves it on a failure path: a VM made through
+/// the namespace runner (bridge and tap) is removed by `vm rm --force` through the same runner,
+/// and a VMM whose record is gone (so `vm rm` cannot find it) is killed by PID.
+fn cleanup() -> TestResult {
+    let root = TestRoot::new()?;
+    let files = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (elf, disk) = guest_files(files.path())?;
+    let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
+    let (netted, stray) = ("netted", "stray");
+    let cleanup = Cleanup::new(&root, &[netted, stray]).through(nubo);
+    must(nubo(&root, &create_args(netted, &elf, &disk), QUICK)?)?;
+    let mut a = create_args(stray, &elf, &disk);
+    a.extend(["--network", "none"]);
+    must(nubo_here(&root, &a, QUICK)?)?;
+    wait_counter(&root, netted, 2, QUICK)?;
+    wait_counter(&root, stray, 2, QUICK)?;
+    let vmms = ch_processes(&root);
+    if vmms.len() != 2 {
+        return Err(format!("expected two VMMs before the cleanup, found {vmms:?}"));
+    }
+    let stray_dir = root.root().join("vms").join(stray);
+    fs::remove_dir_all(&stray_dir).map_err(|e| format!("removing {}: {e}", stray_dir.display()))?;
+
+    drop(cleanup);
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cli::cloud_hypervisor_processes(&root).is_empty() {
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the cleanup left Cloud Hypervisor running: {:?}",
+                cli::cloud_hypervisor_processes(&root)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("  two VMMs ({vmms:?}) gone, one removed by vm rm, one killed by pid");
+    cli::vms_empty(&root, "the cleanup")
 }
 
 /// A `Workload` of type microvm with no `backend:` goes to cloud-hypervisor by the heuristic:
@@ -706,10 +678,7 @@ fn workload_apply() -> TestResult {
     let files = tempfile::tempdir().map_err(|e| e.to_string())?;
     guest_files(files.path())?;
     let name = "pvhwork";
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec![name.into()],
-    };
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo);
     let manifest = files.path().join("work.yaml");
     fs::write(
         &manifest,
@@ -758,10 +727,7 @@ fn snapshot_restore() -> TestResult {
     let (elf, disk) = guest_files(files.path())?;
     let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
     let name = "snap";
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec![name.into()],
-    };
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo);
     let mut a = create_args(name, &elf, &disk);
     a.extend(["--backend", "ch", "--network", "none"]);
     must(nubo_here(&root, &a, QUICK)?)?;
@@ -828,10 +794,7 @@ fn cloud_init() -> TestResult {
     let root = TestRoot::new()?;
     root.with_debian_image()?;
     let name = "chci";
-    let _cleanup = Cleanup {
-        root: &root,
-        names: vec![name.into()],
-    };
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo);
     let out = must(nubo(
         &root,
         &[

@@ -22,7 +22,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{field, guest, inspect, json, no_qemu, nubo, vm_dirs, Cleanup};
-use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{timed, Guard, LiveTest, TestResult, TestRoot};
 
 /// One build: a TCG boot to cloud-init (258 s seen under load), the steps, seal, flatten.
 const BUILD: Duration = Duration::from_secs(900);
@@ -31,20 +31,73 @@ const QUICK: Duration = Duration::from_secs(180);
 const VM: &str = "built";
 
 fn main() -> ExitCode {
-    nubo_live::run(vec![LiveTest::new(
-        "image_build_cache_new_instance_failure",
-        &["qemu", "qemu-img", "bootstrap"],
-        || {
-            let t = Instant::now();
-            let r = image_build();
-            println!(
-                "timing image_build: {:.1}s ({})",
-                t.elapsed().as_secs_f64(),
-                if r.is_ok() { "ok" } else { "failed" }
-            );
-            r
-        },
-    )])
+    nubo_live::run(vec![
+        LiveTest::new(
+            "image_build_cache_new_instance_failure",
+            &["qemu", "qemu-img", "bootstrap"],
+            || timed("image_build", image_build),
+        ),
+        LiveTest::new(
+            "image_build_concurrent_same_vmfile_boots_once",
+            &["qemu", "qemu-img", "bootstrap"],
+            || timed("concurrent_builds", concurrent_builds),
+        ),
+    ])
+}
+
+/// Two builds of one VMfile at once: one boots a VM, the other says it waits for it and then
+/// takes the first's image from the cache without a boot.
+fn concurrent_builds() -> TestResult {
+    let root = TestRoot::new()?;
+    root.with_debian_image()?;
+    let _cleanup = Cleanup::new(&root, &[]);
+    let ctx = tempfile::tempdir().map_err(|e| e.to_string())?;
+    fs::write(
+        ctx.path().join("VMfile"),
+        "FROM debian:12\nRUN echo concurrent > /etc/nubo-concurrent\n",
+    )
+    .map_err(|e| format!("writing the VMfile: {e}"))?;
+
+    let t = Instant::now();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| build(&root, ctx.path(), "concurrent:a"));
+        let b = s.spawn(|| build(&root, ctx.path(), "concurrent:b"));
+        (a.join(), b.join())
+    });
+    println!("timing two concurrent builds: {:.1}s", t.elapsed().as_secs_f64());
+    let (a, b) = (a.map_err(|_| "build a panicked")??, b.map_err(|_| "build b panicked")??);
+    let (booted, waited) = if a.0["booted"] == true { (a, b) } else { (b, a) };
+    if booted.0["booted"] != true || waited.0["booted"] != false {
+        return Err(format!(
+            "exactly one of two concurrent builds should boot:\n{}\n{}",
+            booted.0, waited.0
+        ));
+    }
+    if !waited.1.contains("waiting for another build of") || !waited.1.contains("no VM booted") {
+        return Err(format!(
+            "the build that did not boot should say it waited, then use the cache:\n{}",
+            waited.1
+        ));
+    }
+    if booted.0["image"]["digest"] != waited.0["image"]["digest"] {
+        return Err(format!(
+            "the two builds gave different images: {} and {}",
+            booted.0["image"]["digest"], waited.0["image"]["digest"]
+        ));
+    }
+    println!(
+        "  {}",
+        waited
+            .1
+            .lines()
+            .find(|l| l.contains("waiting for another build"))
+            .unwrap_or_default()
+    );
+    no_qemu(&root, "after two concurrent builds")?;
+    if !vm_dirs(&root).is_empty() {
+        return Err(format!("the builds left VMs: {:?}", vm_dirs(&root)));
+    }
+    Ok(())
 }
 
 const CLOUD_CFG: &str =

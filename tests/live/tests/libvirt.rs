@@ -8,6 +8,8 @@
 //!   on 127.0.0.1, defined and started by libvirt;
 //! - `create` killed at several points (before, between and after define, the seed volume and
 //!   the redefine), each time followed by the same `create`, which converges;
+//! - beside the main boot, a q35 + UEFI VM ([`efi`]): seed on virtio-scsi read by cloud-init,
+//!   firmware auto-selected by libvirt with a per-VM NVRAM, which `rm` removes;
 //! - the converged VM: cloud-init finished with the seed's hostname, key and user-data; the
 //!   network's DHCP lease bears the domain name; the CD-ROM is the volume `<name>-cidata.iso`
 //!   and its meta-data's instance-id is the domain's UUID (read back through libvirt);
@@ -15,14 +17,18 @@
 //! - a memory snapshot restored (a file written after it is gone, the uptime is back), and
 //!   listed after restore and after stop/start;
 //! - libvirtd restarted while the VM runs: nubo still lists it running and stops it;
-//! - a disk-only snapshot of the stopped VM, restored (the VM stays stopped) and removed;
+//! - a disk-only snapshot of the stopped VM, restored (the VM stays stopped);
+//! - libvirt's snapshot metadata deleted behind nubo's back (virsh, while stopped): `vm start`
+//!   redefines both snapshots, `snapshot ls` lists them held with memory flag and parent, and
+//!   the memory snapshot still restores;
 //! - stop/start keeps the instance (same instance-id, the seed volume not rewritten);
 //! - `rm` leaves no domain, no volume and no file; the verified base's sha256 never changes;
 //! - (OS disk block) the domain's disk is the pool volume `<pool dir>/<name>.qcow2`, a qcow2
 //!   over the base in the image store; `vm inspect` shows the live domain XML; `snapshot ls`
 //!   gives each snapshot's VM-state size as the volume's qcow2 table holds it.
 //!
-//! libvirt is observed read-only with virsh; only `nubo` changes anything. Every command is
+//! libvirt is observed read-only with virsh; only `nubo` changes anything, but for the faults
+//! the harness injects (a foreign domain, libvirtd restarted, snapshot metadata deleted). Every command is
 //! bounded; the VMs are removed and stray QEMUs killed by PID on every path ([`Cleanup`]).
 
 use std::fs;
@@ -32,6 +38,9 @@ use std::time::{Duration, Instant};
 use nubo_live::cli::{guest, inspect, ls_state, no_qemu, nubo, vms_empty, Cleanup};
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
+
+#[path = "libvirt/efi.rs"]
+mod efi;
 
 /// One boot to cloud-init under TCG on a shared 2-core machine (160-225 s seen at load 15;
 /// a boot under load 17 with a release build beside it took over 300 s).
@@ -74,7 +83,7 @@ fn libvirt() -> TestResult {
     let image = root.with_debian_image()?;
     let base_sha = sha256(&image.qcow2)?;
     root.wrap(lv.wrapper(), vec![("NUBO_LIBVIRT_URI".into(), lv.uri.clone())]);
-    let _cleanup = Cleanup::new(&root, &[VM, "other"]);
+    let _cleanup = Cleanup::new(&root, &[VM, "other", efi::NAME]);
 
     refusals(&root, &lv)?;
     user_mode(&root, &lv)?;
@@ -257,9 +266,13 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     let mut args = create_args(root)?;
     args.extend(["--wait".into(), "--boot-timeout".into(), format!("{}s", BOOT.as_secs())]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    // The q35 + UEFI VM boots beside this one (each TCG vCPU takes a core; there are two),
+    // and is checked and removed before anything here restarts libvirtd.
+    let efi = efi::spawn(root, BOOT)?;
     let t = Instant::now();
     let out = nubo(root, &args, BOOT + QUICK)?.require()?;
     println!("timing create --wait (TCG boot): {:.1}s", t.elapsed().as_secs_f64());
+    efi.finish(root, lv, BOOT + QUICK)?;
     if !out.stderr.contains("assigned the VM its UUID") || !out.stderr.contains("-cidata.iso") {
         return Err(format!("create did not report the libvirt seed flow:\n{}", out.stderr));
     }
@@ -395,7 +408,7 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     if !state.contains("shut off") {
         return Err(format!("after stop, libvirt says {state}"));
     }
-    // A disk-only snapshot of the stopped VM, restored (it stays stopped), then removed.
+    // A disk-only snapshot of the stopped VM (a child of s1), restored: it stays stopped.
     nubo(root, &["vm", "snapshot", "create", VM, "s2"], QUICK)?.require()?;
     let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
     let v: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("snapshot ls: {e}"))?;
@@ -412,7 +425,31 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     if ls_state(root, VM)? != "stopped" {
         return Err("a disk-only restore started the VM".into());
     }
-    nubo(root, &["vm", "snapshot", "rm", VM, "s2"], QUICK)?.require()?;
+    // A fault from outside: libvirt loses both snapshots' metadata (their qcow2 contents stay).
+    // nubo sees them missing, and the next start redefines them from the XML it saved.
+    for s in ["s2", "s1"] {
+        lv.virsh(&["snapshot-delete", VM, s, "--metadata"])?.require()?;
+    }
+    let held = lv.virsh(&["snapshot-list", VM, "--name"])?.require()?.stdout;
+    if !held.trim().is_empty() {
+        return Err(format!(
+            "libvirt still holds snapshots after deleting their metadata: {held}"
+        ));
+    }
+    let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("snapshot ls: {e}"))?;
+    let missing = v["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["status"] == "missing")
+        .count();
+    if missing != 2 {
+        return Err(format!(
+            "with libvirt's metadata gone, `snapshot ls` does not say s1 and s2 are missing: {}",
+            out.stdout
+        ));
+    }
 
     let t = Instant::now();
     nubo(root, &["vm", "start", VM], QUICK)?.require()?;
@@ -431,6 +468,7 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     if seed_before != seed_after {
         return Err("the seed volume was rewritten by start".into());
     }
+    snapshots_redefined(root, lv, &boot_id)?;
 
     let disk = os_disk_volume(root, lv)?;
     // rm leaves no domain, no volume, no file.
@@ -514,6 +552,64 @@ fn snapshots_listed(root: &TestRoot, when: &str) -> TestResult {
             out.stdout
         ))
     }
+}
+
+/// After `vm start` redefined the snapshots libvirt had lost: `snapshot ls` lists s1 (memory,
+/// no parent) and s2 (disk-only, child of s1) as held, libvirt holds them with the same
+/// parentage, and s1's memory still restores (the first boot's boot_id and its tmpfs file).
+/// s2 is removed afterwards.
+fn snapshots_redefined(root: &TestRoot, lv: &Libvirtd, boot_id: &str) -> TestResult {
+    let out = nubo(root, &["vm", "snapshot", "ls", VM, "-o", "json"], QUICK)?.require()?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| format!("snapshot ls: {e}"))?;
+    let find = |n: &str| {
+        v["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == n)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (s1, s2) = (find("s1"), find("s2"));
+    let ok = s1["status"] == "ok"
+        && s1["has_memory"] == true
+        && s1.get("parent").is_none_or(|p| p.is_null())
+        && s2["status"] == "ok"
+        && s2["has_memory"] == false
+        && s2["parent"] == "s1";
+    if !ok {
+        return Err(format!(
+            "after start, `snapshot ls` does not list s1 (memory, no parent) and s2 (disk-only, parent s1) as held: {}",
+            out.stdout
+        ));
+    }
+    let tree = lv.virsh(&["snapshot-list", VM, "--parent"])?.require()?.stdout;
+    let parent_of = |n: &str| {
+        tree.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .find(|w| w.first() == Some(&n))
+            .and_then(|w| w.last().map(|p| p.to_string()))
+    };
+    if parent_of("s2").as_deref() != Some("s1") || parent_of("s1").is_none() {
+        return Err(format!(
+            "libvirt does not hold s1 and s2 (s2 a child of s1) again:\n{tree}"
+        ));
+    }
+    let t = Instant::now();
+    nubo(root, &["vm", "snapshot", "restore", VM, "s1"], QUICK)?.require()?;
+    println!(
+        "timing snapshot restore (memory, redefined): {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    let g = guest(root, VM, "cat /proc/sys/kernel/random/boot_id; cat /dev/shm/m1")?;
+    let want = format!("{boot_id}\nbefore");
+    if g != want {
+        return Err(format!(
+            "restoring the redefined s1 gave {g:?}, not the snapshot's boot and memory {want:?}"
+        ));
+    }
+    nubo(root, &["vm", "snapshot", "rm", VM, "s2"], QUICK)?.require()?;
+    Ok(())
 }
 
 // ---- The OS disk as a pool volume, `vm inspect`'s live XML, snapshot VM-state sizes --------

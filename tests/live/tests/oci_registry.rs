@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nubo_image::digest::sha256_bytes;
-use nubo_live::cli::{json, nubo_in, run_in};
+use nubo_live::cli::{json, nubo_in, run_in, Out};
 use nubo_live::faults::{Cut, CuttingProxy};
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
@@ -48,6 +48,11 @@ fn login(root: &TestRoot, reg: &Registry) -> Result<(), String> {
 
 /// Logs in to `host` (the registry, or a proxy in front of it) with the registry's CA.
 fn login_at(root: &TestRoot, reg: &Registry, host: &str) -> Result<(), String> {
+    login_with(root, reg, host, PASSWORD)?.require().map(drop)
+}
+
+/// `registry login HOST` as [`USER`] with `password`, whatever its exit.
+fn login_with(root: &TestRoot, reg: &Registry, host: &str, password: &str) -> Result<Out, String> {
     let ca = reg.ca.display().to_string();
     nubo_in(
         root,
@@ -61,11 +66,21 @@ fn login_at(root: &TestRoot, reg: &Registry, host: &str) -> Result<(), String> {
             "--ca-cert",
             &ca,
         ],
-        Some(&format!("{PASSWORD}\n")),
+        Some(&format!("{password}\n")),
         QUICK,
-    )?
-    .require()
-    .map(drop)
+    )
+}
+
+/// What `reg` refuses before login, whatever its auth (basic or bearer): `unauthenticated`
+/// (a nubo command against it) gets HTTP 401 with the fix in the message, and a wrong password
+/// is refused by the registry at login with nothing stored.
+fn refused_before_login(root: &TestRoot, reg: &Registry, unauthenticated: &[&str]) -> TestResult {
+    nubo_in(root, unauthenticated, None, QUICK)?.refused(&["HTTP 401", "nubo registry login"])?;
+    login_with(root, reg, &reg.host, "wrong")?.refused(&["401"])?;
+    if root.root().join("auth.json").exists() {
+        return Err(format!("a refused login at {} wrote credentials", reg.host));
+    }
+    Ok(())
 }
 
 fn text_at(v: &serde_json::Value, ptr: &str) -> String {
@@ -116,34 +131,8 @@ fn push_pull_interop_and_refusals() -> TestResult {
     let img = src.with_debian_image()?;
     let target = format!("{host}/nubo/debian:12");
 
-    // 401 before login, with the fix in the message.
-    nubo_in(
-        &src,
-        &["image", "push", "debian:12", &target, "--ca-cert", &ca],
-        None,
-        QUICK,
-    )?
-    .refused(&["HTTP 401", "nubo registry login"])?;
-    // A wrong password is refused by the registry at login, and nothing is stored.
-    nubo_in(
-        &src,
-        &[
-            "registry",
-            "login",
-            &host,
-            "-u",
-            USER,
-            "--password-stdin",
-            "--ca-cert",
-            &ca,
-        ],
-        Some("wrong\n"),
-        QUICK,
-    )?
-    .refused(&["401"])?;
-    if src.root().join("auth.json").exists() {
-        return Err("a refused login wrote credentials".into());
-    }
+    // A push before login, and a login with a wrong password.
+    refused_before_login(&src, &reg, &["image", "push", "debian:12", &target, "--ca-cert", &ca])?;
     // Without the CA the registry's certificate is not trusted.
     nubo_in(
         &src,
@@ -650,33 +639,15 @@ fn bearer_token_and_push_retry() -> TestResult {
     let src = TestRoot::new()?;
     let img = src.with_debian_image()?;
 
-    // Without credentials: the registry's Bearer challenge, the token service's 401, the fix.
-    nubo_in(
+    // Without credentials (the registry's Bearer challenge, the token service's 401), and with
+    // a wrong password: both refusals come from the token service.
+    refused_before_login(
         &src,
+        &reg,
         &["image", "ls-remote", &format!("{host}/nubo/debian"), "--ca-cert", &ca],
-        None,
-        QUICK,
-    )?
-    .refused(&["HTTP 401", "nubo registry login"])?;
-    // A wrong password: refused at login, nothing stored.
-    nubo_in(
-        &src,
-        &[
-            "registry",
-            "login",
-            &host,
-            "-u",
-            USER,
-            "--password-stdin",
-            "--ca-cert",
-            &ca,
-        ],
-        Some("wrong\n"),
-        QUICK,
-    )?
-    .refused(&["401"])?;
-    if src.root().join("auth.json").exists() || tokens.refused.load(std::sync::atomic::Ordering::SeqCst) < 2 {
-        return Err("a refused token login wrote credentials, or never reached the token service".into());
+    )?;
+    if tokens.refused.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        return Err("the refused requests never reached the token service".into());
     }
 
     // Push through a proxy that cuts the upload once, 100 MiB in (inside the second 64 MiB

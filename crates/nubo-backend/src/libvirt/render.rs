@@ -115,9 +115,13 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         Boot::Firmware {
             firmware: Firmware::Efi,
         } => {
+            // libvirt picks the firmware from QEMU's descriptors; left free it takes the first
+            // match, which on q35 is Debian's Secure Boot build with Microsoft's keys enrolled,
+            // and that refuses the unsigned GRUB of nubo's own images. Secure Boot off selects
+            // plain OVMF, the firmware the qemu backend boots.
             let _ = writeln!(
                 x,
-                "  <os firmware='efi'>\n    <type arch='x86_64' machine='{machine}'>hvm</type>\n    <boot dev='hd'/>\n  </os>"
+                "  <os firmware='efi'>\n    <type arch='x86_64' machine='{machine}'>hvm</type>\n    <firmware>\n      <feature enabled='no' name='secure-boot'/>\n    </firmware>\n    <boot dev='hd'/>\n  </os>"
             );
         }
         Boot::Firmware { .. } => {
