@@ -259,7 +259,14 @@ mod tests {
             pid_file: &pid_file,
             ours: Box::new(|pid| process_env_has(pid, "NUBO_PROCESS_TEST", "kill-me")),
         };
-        let before = v.live_pid();
+        // Until the child has exec'd, /proc shows the test's own environment: wait for it
+        // (under load that took long enough to fail a single look).
+        let t0 = std::time::Instant::now();
+        let mut before = v.live_pid();
+        while before.is_none() && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            before = v.live_pid();
+        }
 
         v.kill_now().unwrap();
 
