@@ -8,6 +8,11 @@ mod settings;
 
 use std::process::ExitCode;
 
+/// Cache-line-aligned mid-size blocks: the copies inside rustls and ureq run at full speed
+/// (see `nubo_core::alloc`).
+#[global_allocator]
+static ALLOC: nubo_core::alloc::LineAligned = nubo_core::alloc::LineAligned;
+
 use clap::Parser;
 
 fn main() -> ExitCode {

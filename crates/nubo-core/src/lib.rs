@@ -1,6 +1,7 @@
 //! nubo's shared vocabulary. Pure except for [`atomic`], the one helper every crate uses to
 //! write records.
 
+pub mod alloc;
 pub mod atomic;
 pub mod duration;
 pub mod error;

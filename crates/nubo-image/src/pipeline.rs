@@ -3,23 +3,17 @@
 //! Shared by the HTTPS download ([`crate::download`]) and the OCI pull (blobs, and the
 //! decompression of a zstd disk layer).
 //!
-//! The writer uses direct I/O (`O_DIRECT`) where the filesystem offers it: a profile of a
-//! 400 MiB pull showed the copy into the page cache as the most expensive single step (a third
-//! of all CPU, more than the TLS decrypt or the hash), and on a 2-core host that CPU is what the
-//! link, the hash and the server compete for. The buffers are page-aligned ([`AlignedBuf`]), every write
-//! but the last is a whole buffer, so the disk takes them by DMA; the last (unaligned) piece is
-//! written after switching the file back to buffered I/O. A filesystem without direct I/O
-//! (tmpfs), or a resumed partial at an unaligned offset, is written buffered as before.
+//! The buffers are page-aligned ([`AlignedBuf`]): the kernel's copy from a buffer 16 bytes past
+//! a page (where the allocator puts a large `Vec`) into the page cache was a third of a pull's
+//! CPU; from an aligned one it is a twentieth. Direct I/O (`O_DIRECT`) was tried and dropped:
+//! it saves that copy, but each write then waits for the disk, and on a quiet host the pull
+//! took twice as long as with the page cache and the flushing thread below.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
 use std::thread;
 
-use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-
-use crate::digest::{AlignedBuf, StreamHasher, PAGE as ALIGN};
+use crate::digest::{AlignedBuf, StreamHasher};
 
 /// Streaming buffer: big enough to keep TLS records and hashing efficient.
 pub const BUF: usize = 256 << 10;
@@ -30,61 +24,6 @@ const IN_FLIGHT: usize = 8;
 
 /// Bytes written between two background flushes.
 const FLUSH_EVERY: usize = 32 << 20;
-
-/// The writing end: `out` in direct mode while whole aligned buffers arrive, switched back to
-/// buffered I/O for a last partial buffer or if the kernel refuses a direct write.
-struct Sink {
-    out: File,
-    direct: bool,
-}
-
-impl Sink {
-    /// Direct I/O when the file's offset is aligned and its filesystem supports it.
-    fn new(out: File, start: u64) -> Sink {
-        let direct = start.is_multiple_of(ALIGN as u64) && set_direct(&out, true).is_ok();
-        Sink { out, direct }
-    }
-
-    fn write(&mut self, mut data: &[u8]) -> io::Result<()> {
-        if self.direct && data.len().is_multiple_of(ALIGN) {
-            while !data.is_empty() {
-                match self.out.write(data) {
-                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(k) => {
-                        data = &data[k..];
-                        if !k.is_multiple_of(ALIGN) {
-                            break; // a short, unaligned write: the rest goes buffered
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    // Direct I/O constraints stricter than a page (rare devices): the rest
-                    // goes buffered. A refused direct write transferred nothing.
-                    Err(e) if e.raw_os_error() == Some(Errno::EINVAL as i32) => break,
-                    Err(e) => return Err(e),
-                }
-            }
-            if data.is_empty() {
-                return Ok(());
-            }
-        }
-        if self.direct {
-            set_direct(&self.out, false)?;
-            self.direct = false;
-        }
-        self.out.write_all(data)
-    }
-}
-
-fn set_direct(f: &File, on: bool) -> io::Result<()> {
-    let flags = OFlag::from_bits_truncate(fcntl(f.as_raw_fd(), FcntlArg::F_GETFL)?);
-    let flags = if on {
-        flags | OFlag::O_DIRECT
-    } else {
-        flags - OFlag::O_DIRECT
-    };
-    fcntl(f.as_raw_fd(), FcntlArg::F_SETFL(flags))?;
-    Ok(())
-}
 
 /// Why [`run`] stopped before the end of the body.
 pub enum Ended {
@@ -143,11 +82,11 @@ pub fn run(
             });
         }
         let writing = s.spawn(move || -> (u64, Option<io::Error>) {
-            let mut out = Sink::new(out, start);
+            let mut out = out;
             let mut written = 0u64;
             let mut unflushed = 0usize;
             for (buf, n) in write_rx {
-                if let Err(e) = out.write(&buf[..n]) {
+                if let Err(e) = out.write_all(&buf[..n]) {
                     return (written, Some(e));
                 }
                 written += n as u64;
@@ -216,50 +155,8 @@ mod tests {
     use super::*;
     use std::fs::OpenOptions;
 
-    fn flags(f: &File) -> OFlag {
-        OFlag::from_bits_truncate(fcntl(f.as_raw_fd(), FcntlArg::F_GETFL).unwrap())
-    }
-
     fn bytes(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 + i / 4096) as u8).collect()
-    }
-
-    /// Whole aligned buffers go direct; the unaligned tail switches the file to buffered I/O,
-    /// and the file holds every byte in order.
-    #[test]
-    fn sink_writes_direct_then_buffered_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("blob");
-        let file = OpenOptions::new().create(true).append(true).open(&path).unwrap();
-        let probe = file.try_clone().unwrap();
-        let mut sink = Sink::new(file, 0);
-        if !sink.direct {
-            eprintln!("skipped: {} does not support O_DIRECT", dir.path().display());
-            return;
-        }
-        let data = bytes(3 * ALIGN + 100);
-        let mut buf = AlignedBuf::new(BUF);
-        buf[..2 * ALIGN].copy_from_slice(&data[..2 * ALIGN]);
-
-        sink.write(&buf[..2 * ALIGN]).unwrap();
-        let direct_after_whole = flags(&probe).contains(OFlag::O_DIRECT);
-        buf[..ALIGN + 100].copy_from_slice(&data[2 * ALIGN..]);
-        sink.write(&buf[..ALIGN + 100]).unwrap();
-
-        assert!(direct_after_whole, "aligned buffers are written with O_DIRECT");
-        assert!(!flags(&probe).contains(OFlag::O_DIRECT), "the tail is written buffered");
-        assert_eq!(std::fs::read(&path).unwrap(), data);
-    }
-
-    /// A resumed partial at an unaligned offset is never written direct.
-    #[test]
-    fn sink_at_unaligned_offset_stays_buffered() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = File::create(dir.path().join("blob")).unwrap();
-
-        let sink = Sink::new(file, 123);
-
-        assert!(!sink.direct);
     }
 
     /// The whole pipeline: a body of a few buffers plus an odd tail arrives intact, hashed.
