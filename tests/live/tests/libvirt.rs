@@ -451,6 +451,12 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
         ));
     }
 
+    // As after a host reboot: nubo's own pool (not autostarted) is inactive, its volumes
+    // (the disk, the seed) unknown to libvirt until `start` brings the pool back.
+    let rec = inspect(root, VM)?;
+    let pool = rec["backend_state"]["pool"].as_str().unwrap_or_default().to_owned();
+    lv.virsh(&["pool-destroy", &pool])?.require()?;
+
     let t = Instant::now();
     nubo(root, &["vm", "start", VM], QUICK)?.require()?;
     let timeout = format!("{}s", BOOT.as_secs());

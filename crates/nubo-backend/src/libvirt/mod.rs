@@ -190,6 +190,22 @@ impl LibvirtBackend {
         Ok(pool)
     }
 
+    /// The state `define` recorded, its connection and the VM's pool (started if need be):
+    /// where `store_disk` and `store_seed` make their volumes.
+    fn recorded_pool(
+        &self,
+        spec: &MachineSpec,
+        state: &serde_json::Value,
+    ) -> Result<(LibvirtState, Connection, ffi::StoragePool), BackendError> {
+        let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
+            name: spec.name.clone(),
+            detail: e.to_string(),
+        })?;
+        let conn = connect(&st.uri)?;
+        let pool = self.ensure_pool(&conn, spec)?;
+        Ok((st, conn, pool))
+    }
+
     /// The network mode realised: a libvirt network, or user-mode networking.
     fn net_for(&self, conn: &Connection, spec: &MachineSpec) -> Result<(Option<String>, bool), BackendError> {
         match &spec.network {
@@ -508,12 +524,7 @@ impl Backend for LibvirtBackend {
         state: &serde_json::Value,
         size: u64,
     ) -> Result<Option<PathBuf>, BackendError> {
-        let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
-            name: spec.name.clone(),
-            detail: e.to_string(),
-        })?;
-        let conn = connect(&st.uri)?;
-        let pool = self.ensure_pool(&conn, spec)?;
+        let (st, _conn, pool) = self.recorded_pool(spec, state)?;
         let name = render::disk_volume_name(&spec.name);
         // A volume of ours left by a killed create is replaced; anyone else's is refused.
         if let Some(old) = pool
@@ -551,12 +562,7 @@ impl Backend for LibvirtBackend {
             // A FAT seed of the user's own stays a file the engine writes.
             return Ok(None);
         }
-        let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
-            name: spec.name.clone(),
-            detail: e.to_string(),
-        })?;
-        let conn = connect(&st.uri)?;
-        let pool = self.ensure_pool(&conn, spec)?;
+        let (st, conn, pool) = self.recorded_pool(spec, state)?;
         let name = render::seed_volume_name(&spec.name);
         // A volume left by a killed create is replaced: the domain it belonged to was ours.
         if let Some(old) = pool
@@ -632,6 +638,9 @@ impl Backend for LibvirtBackend {
         };
         let mut st = Self::state_of(&vm)?;
         let conn = connect(&st.uri)?;
+        // The disk and seed are volumes of the pool: after a host reboot nubo's own pool (not
+        // autostarted) is inactive and the domain would not find them.
+        self.ensure_pool(&conn, spec)?;
         if self.own_domain(&conn, &spec.name, &spec.vm_dir)?.is_none() {
             return Err(BackendError::Remote {
                 what: format!("domain `{}`", spec.name),
