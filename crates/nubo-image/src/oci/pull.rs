@@ -138,45 +138,77 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
     let blob = store.blob_path(&art.disk.digest, &art.format)?;
     let boot_dir = store.dir().join("boot").join(hex);
     let mut parts: Vec<PathBuf> = Vec::new();
+    // The kernel and initrd (when the store lacks them) download on a second thread while the
+    // disk does: small blobs, each a round trip and an fsync that need not wait for the disk.
+    let boot_missing = art.blobs.kernel.is_some() && !boot_dir.join("vmlinuz").is_file();
+    let boot_parts = boot_missing.then(|| {
+        let k = tmp.join(format!("{key}.kernel.part"));
+        let i = art
+            .blobs
+            .initrd
+            .as_ref()
+            .map(|_| tmp.join(format!("{key}.initrd.part")));
+        parts.push(k.clone());
+        parts.extend(i.clone());
+        (k, i)
+    });
+    parts.push(tmp.join(format!("{key}.part")));
+    if art.disk.compressed_to.is_some() {
+        parts.push(tmp.join(format!("{key}.zst.part")));
+    }
     let result = (|| {
-        let disk_part = if blob.is_file() {
-            progress(PullEvent::AlreadyPresent {
-                digest: art.disk.digest.clone(),
+        let (disk_part, boot_fetched) = std::thread::scope(|s| {
+            let boot = boot_parts.as_ref().map(|(kpart, ipart)| {
+                let (client, shown) = (&client, &shown);
+                let (kernel, initrd) = (art.blobs.kernel.as_ref(), art.blobs.initrd.as_ref());
+                s.spawn(move || -> Result<Vec<PullEvent>, OciError> {
+                    // This thread's notes are shown once the disk is done; its byte counts
+                    // are left out (the disk's progress is the one on screen).
+                    let mut notes = Vec::new();
+                    let mut keep = |e: PullEvent| {
+                        if matches!(e, PullEvent::Note(_)) {
+                            notes.push(e);
+                        }
+                    };
+                    let kernel = kernel.expect("boot parts exist only with a kernel blob");
+                    get_blob(client, repository, kernel, "kernel", kpart, shown, &mut keep)?;
+                    if let (Some(i), Some(p)) = (initrd, ipart) {
+                        get_blob(client, repository, i, "initrd", p, shown, &mut keep)?;
+                    }
+                    Ok(notes)
+                })
             });
-            None
-        } else if let Some(limit) = art.disk.compressed_to {
-            // The layer (resumable, verified as sent), then the disk decompressed from it.
-            let zpart = tmp.join(format!("{key}.zst.part"));
-            parts.push(zpart.clone());
-            get_blob(&client, repository, &art.blobs.disk, "disk", &zpart, &shown, progress)?;
-            let part = tmp.join(format!("{key}.part"));
-            parts.push(part.clone());
-            unpack(&zpart, &part, limit, &art.disk.digest, &shown, progress)?;
-            let _ = fs::remove_file(&zpart);
-            Some(part)
-        } else {
-            let part = tmp.join(format!("{key}.part"));
-            parts.push(part.clone());
-            get_blob(&client, repository, &art.blobs.disk, "disk", &part, &shown, progress)?;
-            Some(part)
-        };
-        let boot_missing = art.blobs.kernel.is_some() && !boot_dir.join("vmlinuz").is_file();
-        let mut boot_parts = None;
-        if boot_missing {
-            let kernel = art.blobs.kernel.as_ref().expect("checked above");
-            let kpart = tmp.join(format!("{key}.kernel.part"));
-            parts.push(kpart.clone());
-            get_blob(&client, repository, kernel, "kernel", &kpart, &shown, progress)?;
-            let ipart = match &art.blobs.initrd {
-                Some(i) => {
-                    let p = tmp.join(format!("{key}.initrd.part"));
-                    parts.push(p.clone());
-                    get_blob(&client, repository, i, "initrd", &p, &shown, progress)?;
-                    Some(p)
-                }
-                None => None,
-            };
-            boot_parts = Some((kpart, ipart));
+            let disk = (|| -> Result<Option<PathBuf>, OciError> {
+                Ok(if blob.is_file() {
+                    progress(PullEvent::AlreadyPresent {
+                        digest: art.disk.digest.clone(),
+                    });
+                    None
+                } else if let Some(limit) = art.disk.compressed_to {
+                    // The layer (resumable, verified as sent), then the disk decompressed from it.
+                    let zpart = tmp.join(format!("{key}.zst.part"));
+                    get_blob(&client, repository, &art.blobs.disk, "disk", &zpart, &shown, progress)?;
+                    let part = tmp.join(format!("{key}.part"));
+                    unpack(&zpart, &part, limit, &art.disk.digest, &shown, progress)?;
+                    let _ = fs::remove_file(&zpart);
+                    Some(part)
+                } else {
+                    let part = tmp.join(format!("{key}.part"));
+                    get_blob(&client, repository, &art.blobs.disk, "disk", &part, &shown, progress)?;
+                    Some(part)
+                })
+            })();
+            let boot = boot.map(|h| h.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+            (disk, boot)
+        });
+        if let Some(Ok(notes)) = &boot_fetched {
+            for n in notes {
+                progress(n.clone());
+            }
+        }
+        let disk_part = disk_part?;
+        if let Some(fetched) = boot_fetched {
+            fetched?;
         }
         let disk_path = disk_part.as_deref().unwrap_or(&blob);
         let virtual_size = check_disk(disk_path, &art, &shown)?;
@@ -184,9 +216,9 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
             checksum: art.disk.digest.clone(),
         });
 
-        let boot = match boot_parts {
+        let boot = match &boot_parts {
             Some((k, i)) => {
-                let (k, i) = store.add_boot_files(&art.disk.digest, &k, i.as_deref())?;
+                let (k, i) = store.add_boot_files(&art.disk.digest, k, i.as_deref())?;
                 art.meta.boot(k, i)
             }
             None if art.blobs.kernel.is_some() => art.meta.boot(
