@@ -88,7 +88,15 @@ skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/cert
   "docker://$host/bench/seed:1" "oci:$work/layout:1" >/dev/null
 
 n=0
-timed() { local t0 t1; t0=$(now); "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; "$@"; exit 1; }; t1=$(now); echo "$t1 - $t0" | bc -l; }
+# Before each timed run (untimed): the previous pulls' outputs are removed and `sync` writes
+# back what an earlier run left dirty (curl and skopeo never sync: their writeback would land
+# in whichever run comes next).
+clear_pulled() {
+  chmod -R u+w "$work/dst" 2>/dev/null || true
+  rm -rf "$work/dst" "$work/pulled" "$work/curl.out"
+  sync
+}
+timed() { local t0 t1; clear_pulled; t0=$(now); "$@" >/dev/null 2>&1 || { echo "failed: $*" >&2; "$@"; exit 1; }; t1=$(now); echo "$t1 - $t0" | bc -l; }
 min() { local b=; for v in "$@"; do if [ -z "$b" ] || [ "$(echo "$v < $b" | bc -l)" = 1 ]; then b=$v; fi; done; echo "$b"; }
 wipe() { rm -rf "$work/storage/docker/registry/v2/blobs" "$work/storage/docker/registry/v2/repositories"; }
 nubo_push() { wipe; n=$((n + 1)); "$NUBO_BIN" image push debian:12 "$host/bench/nubo-$1:1" --ca-cert "$work/ca.pem"; }
@@ -98,16 +106,14 @@ skopeo_push() {
   skopeo --insecure-policy copy -q --dest-creds "$creds" --dest-cert-dir "$work/certs" "oci:$work/layout:1" "docker://$host/bench/skopeo-$1:1"
 }
 nubo_pull() {
-  chmod -R u+w "$work/dst" 2>/dev/null || true; rm -rf "$work/dst"; mkdir -p "$work/dst"
+  mkdir -p "$work/dst"
   cp "$work/src/auth.json" "$work/dst/auth.json"
   NUBO_ROOT="$work/dst" "$NUBO_BIN" image pull "$host/bench/${1:-seed}:1" --ca-cert "$work/ca.pem"
 }
 skopeo_pull() {
-  rm -rf "$work/pulled"
   skopeo --insecure-policy copy -q --src-creds "$creds" --src-cert-dir "$work/certs" "docker://$host/bench/seed:1" "oci:$work/pulled:1"
 }
 curl_pull() {
-  rm -f "$work/curl.out"
   curl -fsSL -u "$creds" --cacert "$work/ca.pem" -o "$work/curl.out" "https://$host/v2/bench/seed/blobs/sha256:$disk_digest"
 }
 pn=(); ps=(); ln=(); ls=(); lc=()
