@@ -28,18 +28,6 @@ pub fn create_overlay(
     overlay(base, base_format, out, virtual_size, Sync::Durable)
 }
 
-/// [`create_overlay`] without the fsyncs of the file and its directory, for a caller on a
-/// latency-critical path that makes the whole directory durable afterwards with one `syncfs`
-/// (`vm create` does, after the VMM has started).
-pub fn create_overlay_unsynced(
-    base: &Path,
-    base_format: Format,
-    out: &Path,
-    virtual_size: Option<u64>,
-) -> Result<(), DiskError> {
-    overlay(base, base_format, out, virtual_size, Sync::Later)
-}
-
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Sync {
     Durable,
@@ -54,26 +42,59 @@ fn overlay(
     virtual_size: Option<u64>,
     sync: Sync,
 ) -> Result<(), DiskError> {
-    let (base_abs, size) = overlay_base(base, base_format, virtual_size)?;
-    let name = base_abs
-        .to_str()
-        .ok_or_else(|| DiskError::NonUtf8Path(base_abs.clone()))?;
-    let layout = layout(
-        size,
-        Some(BackingRef {
-            name,
-            driver: base_format.qemu_driver(),
-        }),
-    )?;
-    write_new(out, &layout, sync)
+    overlay_base(base, base_format, virtual_size)?.write(out, sync)
 }
 
-/// The checks [`create_overlay`] makes of `base` before writing, for a caller whose overlay
-/// is made by another program (libvirt's storage driver): the base, resolved, must pass the
-/// untrusted inspector as `base_format`, be usable as a base and not be encrypted. Returns its
-/// absolute path and the overlay's virtual size: `virtual_size`, which may only grow the
-/// base's, or the base's own rounded up to whole sectors.
-pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>) -> Result<(PathBuf, u64), DiskError> {
+/// A base that passed the checks [`create_overlay`] makes before writing (only
+/// [`overlay_base`] makes one): resolved, inspected as its declared format, usable as a base,
+/// not encrypted; with the overlay's virtual size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayBase {
+    path: PathBuf,
+    format: Format,
+    size: u64,
+}
+
+impl OverlayBase {
+    /// The base's absolute path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The overlay's virtual size: the one asked for, or the base's rounded up to sectors.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Creates `out`, the overlay, without the fsyncs of the file and its directory: for a
+    /// caller on a latency-critical path that makes the whole directory durable afterwards with
+    /// one `syncfs` (`vm create` does, after the VMM has started).
+    pub fn create_unsynced(&self, out: &Path) -> Result<(), DiskError> {
+        self.write(out, Sync::Later)
+    }
+
+    fn write(&self, out: &Path, sync: Sync) -> Result<(), DiskError> {
+        let name = self
+            .path
+            .to_str()
+            .ok_or_else(|| DiskError::NonUtf8Path(self.path.clone()))?;
+        let layout = layout(
+            self.size,
+            Some(BackingRef {
+                name,
+                driver: self.format.qemu_driver(),
+            }),
+        )?;
+        write_new(out, &layout, sync)
+    }
+}
+
+/// The checks [`create_overlay`] makes of `base` before writing, once, for a caller that then
+/// makes the overlay itself ([`OverlayBase::create_unsynced`]) or has another program make it
+/// (libvirt's storage driver): the base, resolved, must pass the untrusted inspector as
+/// `base_format`, be usable as a base and not be encrypted. The overlay's virtual size is
+/// `virtual_size`, which may only grow the base's, or the base's own rounded up to whole sectors.
+pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>) -> Result<OverlayBase, DiskError> {
     let base_abs = fs::canonicalize(base).map_err(|e| DiskError::io("resolve", base, e))?;
     let info = inspect_as(&base_abs, base_format)?;
     if info.usage != Usage::Base {
@@ -96,7 +117,11 @@ pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>)
         }
         Some(s) => s,
     };
-    Ok((base_abs, size))
+    Ok(OverlayBase {
+        path: base_abs,
+        format: base_format,
+        size,
+    })
 }
 
 /// Creates `out`, an empty qcow2 v3 image of `virtual_size` bytes (a multiple of 512) with no
@@ -153,14 +178,17 @@ fn fill(file: &File, out: &Path, layout: &Layout, sync: Sync) -> Result<(), Disk
 mod tests {
 
     #[test]
-    fn create_overlay_unsynced_same_bytes_as_durable() {
+    fn create_unsynced_same_bytes_as_durable() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path().join("base.qcow2");
         create_qcow2(&base, 1 << 20).unwrap();
         let (a, b) = (dir.path().join("a.qcow2"), dir.path().join("b.qcow2"));
 
         create_overlay(&base, Format::Qcow2, &a, None).unwrap();
-        create_overlay_unsynced(&base, Format::Qcow2, &b, None).unwrap();
+        overlay_base(&base, Format::Qcow2, None)
+            .unwrap()
+            .create_unsynced(&b)
+            .unwrap();
 
         assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
     }
@@ -250,9 +278,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let base = raw(dir.path(), 1000);
 
-        let (abs, size) = overlay_base(&dir.path().join(".").join("base.raw"), Format::Raw, None).unwrap();
+        let b = overlay_base(&dir.path().join(".").join("base.raw"), Format::Raw, None).unwrap();
 
-        assert_eq!((abs, size), (fs::canonicalize(&base).unwrap(), 1024));
+        assert_eq!((b.path(), b.size()), (fs::canonicalize(&base).unwrap().as_path(), 1024));
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod qcow2;
 pub mod snapshots;
 pub mod source;
 
-pub use create::{create_overlay, create_overlay_unsynced, create_qcow2, overlay_base};
+pub use create::{create_overlay, create_qcow2, overlay_base, OverlayBase};
 pub use error::{DiskError, HeaderError};
 pub use format::{sniff, Format, UnknownFormat, SNIFF_LEN};
 pub use inspect::{

@@ -427,8 +427,8 @@ impl Engine {
         // than it. A backend that keeps it itself (a libvirt volume) makes it; else the engine's
         // overlay in the VM's directory, made durable by the one syncfs after the VMM starts,
         // like the record and the seed.
-        let (_, disk_size) = nubo_disk::overlay_base(&plan.base.path, plan.base.format, plan.disk_size)?;
-        match undo.backend.store_disk(&rec.machine, &rec.backend_state, disk_size)? {
+        let base = nubo_disk::overlay_base(&plan.base.path, plan.base.format, plan.disk_size)?;
+        match undo.backend.store_disk(&rec.machine, &rec.backend_state, base.size())? {
             Some(path) => {
                 events(Event::Step(format!(
                     "OS disk stored by the {} backend at {} (thin qcow2 over {})",
@@ -440,12 +440,7 @@ impl Engine {
                 record::save_unsynced(&dir, &rec)?;
             }
             None => {
-                nubo_disk::create_overlay_unsynced(
-                    &plan.base.path,
-                    plan.base.format,
-                    &rec.machine.disk.overlay,
-                    Some(disk_size),
-                )?;
+                base.create_unsynced(&rec.machine.disk.overlay)?;
                 events(Event::Step(format!(
                     "overlay {} over {}",
                     rec.machine.disk.overlay.display(),
