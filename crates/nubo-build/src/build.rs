@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use nubo_core::{ByteSize, VmName};
 use nubo_engine::{Engine, Event, WaitFor};
-use nubo_image::{BuildProvenance, BuildStep, ImageRecord, ImageRef, ImageSource, ImageStore, Overwrite, SourceKind};
+use nubo_image::{
+    BuildProvenance, BuildStep, ImageRecord, ImageRef, ImageSource, ImageStore, Overwrite, SourceKind, TagChange,
+};
 use nubo_spec::{DiskSource, KernelBoot, Network, VmSpec};
 use serde::Serialize;
 
@@ -55,6 +57,9 @@ pub struct BuildRequest {
 #[derive(Debug, Serialize)]
 pub struct Built {
     pub image: ImageRecord,
+    /// What the build did to the tag: a tag that named another image is moved to this one
+    /// (as `docker build -t` does), and the CLI says so.
+    pub tag_change: TagChange,
     pub steps: Vec<StepReport>,
     /// Whether a VM booted (false: everything came from the cache).
     pub booted: bool,
@@ -78,14 +83,14 @@ struct Planned<'a> {
 pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event)) -> Result<Built, BuildError> {
     let t0 = Instant::now();
     let bytes = nubo_core::file::read_bounded(&req.vmfile, "VMfile", MAX_VMFILE)
-        .map_err(|e| BuildError::Context(format!("{e}")))?;
-    let parsed = crate::parse_bytes(&bytes).map_err(|source| BuildError::Parse {
+        .map_err(|e| BuildError::Refused(e.to_string()))?;
+    let parsed = crate::parse_bytes(&bytes).map_err(|error| BuildError::Parse {
         file: req.vmfile.clone(),
-        source,
+        error,
     })?;
-    let r = crate::resolve(&parsed, &req.build_args).map_err(|source| BuildError::Parse {
+    let r = crate::resolve(&parsed, &req.build_args).map_err(|error| BuildError::Parse {
         file: req.vmfile.clone(),
-        source,
+        error,
     })?;
     let vmfile_digest = format!(
         "sha256:{}",
@@ -176,6 +181,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
                     let added = store.tag(rec?, Overwrite::Replace)?;
                     return Ok(Built {
                         image: added.record,
+                        tag_change: added.change,
                         steps: report(&planned, planned.len()),
                         booted: false,
                         seconds: t0.elapsed().as_secs_f64(),
@@ -354,6 +360,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
         cache.set_image(&final_key, &added.record.digest)?;
         Ok(Built {
             image: added.record,
+            tag_change: added.change,
             steps: report(&planned, hit),
             booted: true,
             seconds: t0.elapsed().as_secs_f64(),

@@ -68,7 +68,9 @@ pub fn final_key(last: &str, compress: bool, appliance: bool) -> String {
 impl Cache {
     pub fn open(store_dir: &Path) -> Result<Cache, BuildError> {
         let dir = store_dir.join("build-cache");
-        fs::create_dir_all(dir.join("tmp")).map_err(io(format!("creating {}", dir.display())))?;
+        // 0755 whatever the umask: a build VM's QEMU (libvirt's user) reads the layers here.
+        nubo_core::fsmode::create_dir_all(&dir.join("tmp"), nubo_core::fsmode::DIR)
+            .map_err(io(format!("creating {}", dir.display())))?;
         Ok(Cache { dir })
     }
 
@@ -127,8 +129,9 @@ impl Cache {
     /// A work directory for one build, locked for its life.
     pub fn work_dir(&self, id: &str) -> Result<(PathBuf, Flock<fs::File>), BuildError> {
         let d = self.dir.join("tmp").join(id);
-        fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
-        let f = fs::File::create(d.join("lock")).map_err(io(format!("creating {}", d.display())))?;
+        nubo_core::fsmode::create_dir_all(&d, nubo_core::fsmode::DIR)
+            .map_err(io(format!("creating {}", d.display())))?;
+        let f = nubo_core::fsmode::open_lock(&d.join("lock")).map_err(io(format!("creating {}", d.display())))?;
         let lock = Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| BuildError::Io {
             what: format!("locking {}", d.display()),
             source: e.into(),
@@ -142,16 +145,10 @@ impl Cache {
     /// releases the lock of a build that dies.
     pub fn lock_build(&self, key: &str, waiting: impl FnOnce()) -> Result<Flock<fs::File>, BuildError> {
         let d = self.dir.join("locks");
-        fs::create_dir_all(&d).map_err(io(format!("creating {}", d.display())))?;
+        nubo_core::fsmode::create_dir_all(&d, nubo_core::fsmode::DIR)
+            .map_err(io(format!("creating {}", d.display())))?;
         let p = d.join(key);
-        let open = || {
-            fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&p)
-                .map_err(io(format!("opening {}", p.display())))
-        };
+        let open = || nubo_core::fsmode::open_lock(&p).map_err(io(format!("opening {}", p.display())));
         let locked = |f, how| Flock::lock(f, how).map_err(|(f, e)| (f, e, format!("locking {}", p.display())));
         match locked(open()?, FlockArg::LockExclusiveNonblock) {
             Ok(l) => Ok(l),

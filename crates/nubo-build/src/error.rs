@@ -4,12 +4,9 @@ use crate::ParseError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("{}: {source}", file.display())]
-    Parse {
-        file: PathBuf,
-        #[source]
-        source: ParseError,
-    },
+    /// The parse error is part of this message, not a chained source: printed once.
+    #[error("{}: {error}", file.display())]
+    Parse { file: PathBuf, error: ParseError },
     /// A file of the build context that cannot be used.
     #[error("build context: {0}")]
     Context(String),

@@ -48,6 +48,66 @@ pub enum Action {
 /// sorts after the distro's own files, so the image's settings win over the distro's.
 pub const CLOUD_CFG: &str = "/etc/cloud/cloud.cfg.d/90-nubo-image.cfg";
 
+/// The most one value may hold after variable expansion (an ARG, ENV or LABEL value, a COPY
+/// path): far beyond any real setting, and small enough that a doubling chain
+/// (`ENV X1=${X0}${X0}`, `ENV X2=${X1}${X1}`, ...) is refused after a dozen lines instead of
+/// taking gigabytes.
+pub const MAX_EXPANDED_VALUE: usize = 32 << 10;
+/// The most one instruction's values may hold in all after expansion.
+pub const MAX_EXPANDED_LINE: usize = 64 << 10;
+/// The most the whole resolved VMfile may hold: every expanded value, and the environment each
+/// step carries (a RUN step gets a copy of every variable in effect).
+pub const MAX_EXPANDED_TOTAL: usize = 2 << 20;
+
+/// What expansion has produced so far, against [`MAX_EXPANDED_LINE`] and [`MAX_EXPANDED_TOTAL`].
+#[derive(Default)]
+struct Budget {
+    line: usize,
+    line_used: usize,
+    total_used: usize,
+}
+
+impl Budget {
+    fn start(&mut self, line: usize) {
+        self.line = line;
+        self.line_used = 0;
+    }
+
+    /// Counts `n` more bytes expanded on this line (`what` says by what, for the error).
+    fn spend(&mut self, n: usize, what: &str) -> Result<(), ParseError> {
+        self.line_used = self.line_used.saturating_add(n);
+        if self.line_used > MAX_EXPANDED_LINE {
+            return Err(ParseError {
+                line: self.line,
+                message: format!(
+                    "this instruction expands to more than {MAX_EXPANDED_LINE} bytes (64 KiB), the most one line may hold after variable expansion: use shorter values, or COPY a file in"
+                ),
+            });
+        }
+        self.carry(n, what)
+    }
+
+    /// Counts `n` more bytes the resolved build holds (a step's copy of the environment)
+    /// against the total only.
+    fn carry(&mut self, n: usize, what: &str) -> Result<(), ParseError> {
+        self.total_used = self.total_used.saturating_add(n);
+        if self.total_used > MAX_EXPANDED_TOTAL {
+            return Err(ParseError {
+                line: self.line,
+                message: format!(
+                    "{what} takes the VMfile past {MAX_EXPANDED_TOTAL} bytes (2 MiB) after variable expansion (every value, and the environment each step carries): use fewer or shorter variables"
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bytes `vars` holds: what each step's copy of the environment costs.
+fn env_bytes(vars: &BTreeMap<String, String>) -> usize {
+    vars.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
 /// Substitutes variables and applies `build_args` (each must be declared by an ARG).
 pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolved, ParseError> {
     let mut given: BTreeMap<&str, &str> = BTreeMap::new();
@@ -66,8 +126,19 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
                 ),
             });
         }
+        if v.len() > MAX_EXPANDED_VALUE {
+            return Err(ParseError {
+                line: 0,
+                message: format!(
+                    "--build-arg {}: the value is {} bytes, more than the {MAX_EXPANDED_VALUE} (32 KiB) a value may hold: COPY a file in instead",
+                    esc(k),
+                    v.len()
+                ),
+            });
+        }
         given.insert(k, v);
     }
+    let mut budget = Budget::default();
     let mut vars: BTreeMap<String, String> = BTreeMap::new();
     let mut args = BTreeMap::new();
     let mut out = Resolved {
@@ -83,6 +154,8 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
     };
     for ins in &file.instructions {
         let line = ins.line;
+        budget.start(line);
+        let budget = &mut budget;
         match &ins.op {
             Op::From(_) => {}
             Op::Size(s) => out.size = Some(*s),
@@ -95,7 +168,7 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
             Op::Arg { name, default } => {
                 let value = match (given.get(name.as_str()), default) {
                     (Some(v), _) => (*v).to_owned(),
-                    (None, Some(d)) => substitute(line, d, &vars)?,
+                    (None, Some(d)) => substitute(line, d, &vars, budget)?,
                     (None, None) => {
                         return Err(ParseError {
                             line,
@@ -108,31 +181,34 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
             }
             Op::Env(pairs) => {
                 for (k, v) in pairs {
-                    let v = substitute(line, v, &vars)?;
+                    let v = substitute(line, v, &vars, budget)?;
                     vars.insert(k.clone(), v);
                 }
             }
             Op::Label(pairs) => {
                 for (k, v) in pairs {
-                    out.labels.insert(k.clone(), substitute(line, v, &vars)?);
+                    out.labels.insert(k.clone(), substitute(line, v, &vars, budget)?);
                 }
             }
-            Op::Run(c) => out.steps.push(Step {
-                line,
-                text: ins.text.clone(),
-                action: Action::Run(c.clone()),
-                env: vars.clone(),
-            }),
+            Op::Run(c) => {
+                budget.carry(env_bytes(&vars), "the environment of this RUN step")?;
+                out.steps.push(Step {
+                    line,
+                    text: ins.text.clone(),
+                    action: Action::Run(c.clone()),
+                    env: vars.clone(),
+                })
+            }
             Op::Copy { sources, dest } => {
                 let sources = sources
                     .iter()
                     .map(|s| {
-                        let s = substitute(line, s, &vars)?;
+                        let s = substitute(line, s, &vars, budget)?;
                         check_context_path(line, "COPY", &s)?;
                         Ok(s)
                     })
                     .collect::<Result<Vec<_>, ParseError>>()?;
-                let dest = substitute(line, dest, &vars)?;
+                let dest = substitute(line, dest, &vars, budget)?;
                 if !dest.starts_with('/') {
                     return Err(ParseError {
                         line,
@@ -142,6 +218,7 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
                         ),
                     });
                 }
+                budget.carry(env_bytes(&vars), "the environment of this COPY step")?;
                 out.steps.push(Step {
                     line,
                     text: ins.text.clone(),
@@ -150,8 +227,9 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
                 });
             }
             Op::CloudInit(p) => {
-                let p = substitute(line, p, &vars)?;
+                let p = substitute(line, p, &vars, budget)?;
                 check_context_path(line, "CLOUDINIT", &p)?;
+                budget.carry(env_bytes(&vars), "the environment of this CLOUDINIT step")?;
                 out.steps.push(Step {
                     line,
                     text: ins.text.clone(),
@@ -177,8 +255,33 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
     Ok(out)
 }
 
-/// `${NAME}` and `$NAME` replaced by their values; `$$` is a literal `$`.
-fn substitute(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<String, ParseError> {
+/// `${NAME}` and `$NAME` replaced by their values; `$$` is a literal `$`. The result may hold
+/// at most [`MAX_EXPANDED_VALUE`] bytes, checked before each piece is appended (so a bomb never
+/// allocates past the bound), and counts against `budget`.
+fn substitute(
+    line: usize,
+    s: &str,
+    vars: &BTreeMap<String, String>,
+    budget: &mut Budget,
+) -> Result<String, ParseError> {
+    let out = expand(line, s, vars)?;
+    budget.spend(out.len(), "this value")?;
+    Ok(out)
+}
+
+fn expand(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<String, ParseError> {
+    let too_long = |what: String| {
+        ParseError {
+        line,
+        message: format!(
+            "{what} gives a value longer than {MAX_EXPANDED_VALUE} bytes (32 KiB), the most one value may hold after variable expansion: use shorter values, or COPY a file in"
+        ),
+    }
+    };
+    let fits = |out: &String, more: usize| out.len().saturating_add(more) <= MAX_EXPANDED_VALUE;
+    if !fits(&String::new(), s.len()) {
+        return Err(too_long("the value as written".into()));
+    }
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -210,6 +313,10 @@ fn substitute(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<S
             continue;
         }
         match vars.get(name) {
+            Some(v) if !fits(&out, v.len()) => {
+                let shown: String = name.chars().take(64).collect();
+                return Err(too_long(format!("expanding `${{{}}}` here", esc(&shown))));
+            }
             Some(v) => out.push_str(v),
             None => {
                 return Err(ParseError {
@@ -222,6 +329,9 @@ fn substitute(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<S
             }
         }
         rest = &after[skip..];
+    }
+    if !fits(&out, rest.len()) {
+        return Err(too_long("expanding the variables here".into()));
     }
     out.push_str(rest);
     Ok(out)

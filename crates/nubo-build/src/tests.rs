@@ -396,3 +396,87 @@ fn example_vmfile_parses_and_resolves() {
         Some("web")
     );
 }
+
+/// Issue 21: `ENV Xn=${Xn-1}${Xn-1}` doubled a value each line (23 lines took 3.2 GB); the
+/// chain must be refused at the line where a value first passes the bound, fast.
+#[test]
+fn resolve_doubling_env_bomb_refused_with_line_and_bound() {
+    let mut text = String::from("FROM debian:12\nENV X0=0123456789abcdef\n");
+    for n in 1..=40 {
+        text.push_str(&format!("ENV X{n}=${{X{}}}${{X{}}}\n", n - 1, n - 1));
+    }
+    let file = parse(&text).unwrap();
+    let t = std::time::Instant::now();
+
+    let err = resolve(&file, &[]).unwrap_err();
+
+    // X0 is 16 bytes: X11 is 32 KiB (allowed), X12 would be 64 KiB; X12 is on line 2 + 12.
+    assert_eq!(err.line, 14, "{err}");
+    assert!(err.to_string().contains("32768 bytes"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+}
+
+#[test]
+fn resolve_value_at_the_bound_is_accepted() {
+    let text = format!(
+        "FROM debian:12\nARG A={}\nENV B=${{A}}\nRUN true\n",
+        "a".repeat(resolve::MAX_EXPANDED_VALUE)
+    );
+    let file = parse(&text).unwrap();
+
+    let r = resolve(&file, &[]).unwrap();
+
+    assert_eq!(r.steps[0].env["B"].len(), resolve::MAX_EXPANDED_VALUE);
+}
+
+#[test]
+fn resolve_line_over_64k_after_expansion_refused() {
+    let text = format!(
+        "FROM debian:12\nARG A={}\nLABEL a=${{A}} b=${{A}} c=${{A}}\n",
+        "a".repeat(30 << 10)
+    );
+    let file = parse(&text).unwrap();
+
+    let err = resolve(&file, &[]).unwrap_err();
+
+    assert_eq!(err.line, 3, "{err}");
+    assert!(err.to_string().contains("65536 bytes"), "{err}");
+}
+
+#[test]
+fn resolve_total_over_2m_after_expansion_refused() {
+    // 100 values of 30 KiB: each value and each line is within bounds, the sum is not.
+    let mut text = format!("FROM debian:12\nARG A={}\n", "a".repeat(30 << 10));
+    for n in 0..100 {
+        text.push_str(&format!("LABEL l{n}=${{A}}\n"));
+    }
+    let file = parse(&text).unwrap();
+
+    let err = resolve(&file, &[]).unwrap_err();
+
+    assert!(err.line > 3 && err.line < 102, "{err}");
+    assert!(err.to_string().contains("2097152 bytes"), "{err}");
+}
+
+#[test]
+fn resolve_environment_copied_into_many_steps_counts_against_total() {
+    // 64 KiB of environment carried by up to 900 RUN steps would be 57 MiB of copies.
+    let mut text = format!("FROM debian:12\nARG A={}\nENV B=${{A}}\n", "a".repeat(30 << 10));
+    for _ in 0..900 {
+        text.push_str("RUN true\n");
+    }
+    let file = parse(&text).unwrap();
+
+    let err = resolve(&file, &[]).unwrap_err();
+
+    assert!(err.to_string().contains("environment of this RUN step"), "{err}");
+}
+
+#[test]
+fn resolve_build_arg_over_value_bound_refused() {
+    let file = parse("FROM debian:12\nARG A\nRUN true\n").unwrap();
+
+    let err = resolve(&file, &[("A".into(), "a".repeat(resolve::MAX_EXPANDED_VALUE + 1))]).unwrap_err();
+
+    assert!(err.to_string().contains("--build-arg A"), "{err}");
+}

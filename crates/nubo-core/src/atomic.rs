@@ -1,24 +1,33 @@
 //! Atomic file replacement: temp file in the same directory, fsync, rename, fsync the directory.
 //! A reader sees the old contents or the new ones, never a torn record, even across a crash.
+//! Records get [`fsmode::RECORD`] (0644) whatever the umask; [`write_atomic_with_mode`] gives
+//! another mode.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
 
+use crate::fsmode;
+
 /// Replaces `path` with `data` atomically. The temp file lives beside `path` so the rename never
 /// crosses a filesystem; it is removed if any step fails.
 pub fn write_atomic(path: &Path, data: &[u8]) -> io::Result<()> {
-    replace(path, data, true)
+    replace(path, data, true, fsmode::RECORD)
+}
+
+/// [`write_atomic`] with file mode `mode` (exactly, whatever the umask).
+pub fn write_atomic_with_mode(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, true, mode)
 }
 
 /// Like [`write_atomic`] (readers never see a torn file) but without the fsyncs: for files on
 /// a latency-critical path whose durability the caller establishes afterwards with one
 /// `syncfs` before writing the durable record that depends on them.
 pub fn write_atomic_unsynced(path: &Path, data: &[u8]) -> io::Result<()> {
-    replace(path, data, false)
+    replace(path, data, false, fsmode::RECORD)
 }
 
-fn replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
+fn replace(path: &Path, data: &[u8], durable: bool, mode: u32) -> io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -32,7 +41,7 @@ fn replace(path: &Path, data: &[u8], durable: bool) -> io::Result<()> {
     let tmp = dir.join(tmp_name);
 
     let result = (|| {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp)?;
+        let mut f = fsmode::open(OpenOptions::new().write(true).create(true).truncate(true), &tmp, mode)?;
         f.write_all(data)?;
         if durable {
             f.sync_all()?;
@@ -107,6 +116,19 @@ mod tests {
 
         assert_eq!(fs::read(&path).unwrap(), b"new");
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn write_atomic_record_mode_is_0644_and_with_mode_exact() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = dir.path().join("rec.json");
+        let key = dir.path().join("key");
+
+        write_atomic(&rec, b"{}").unwrap();
+        write_atomic_with_mode(&key, b"k", fsmode::PRIVATE).unwrap();
+
+        assert_eq!(fsmode::mode_of(&rec).unwrap(), 0o644);
+        assert_eq!(fsmode::mode_of(&key).unwrap(), 0o600);
     }
 
     #[test]

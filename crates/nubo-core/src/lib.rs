@@ -6,6 +6,7 @@ pub mod atomic;
 pub mod duration;
 pub mod error;
 pub mod file;
+pub mod fsmode;
 pub mod hex;
 pub mod name;
 pub mod roots;

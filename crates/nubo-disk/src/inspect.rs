@@ -145,9 +145,7 @@ fn check_declared(path: &Path, declared: Format, found: Format) -> Result<(), Di
 /// Opens `path` as a regular file without blocking, for reading only.
 pub(crate) fn open_image(path: &Path) -> Result<FileSource, DiskError> {
     let file = nubo_core::file::open_regular(path, "disk image").map_err(|e| match e {
-        nubo_core::FileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-            DiskError::NotFound(path.to_path_buf())
-        }
+        e if e.is_not_found() => DiskError::NotFound(path.to_path_buf()),
         other => DiskError::File(other),
     })?;
     FileSource::new(file).map_err(|e| DiskError::io("stat", path, e))

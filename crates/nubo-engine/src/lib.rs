@@ -117,9 +117,7 @@ impl Engine {
         };
         match nubo_core::file::read_bounded(&path, "settings", MAX_SETTINGS) {
             Ok(b) => serde_json::from_slice(&b).map_err(|e| corrupt(e.to_string())),
-            Err(nubo_core::FileError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                Ok(StoredSettings::default())
-            }
+            Err(e) if e.is_not_found() => Ok(StoredSettings::default()),
             Err(e) => Err(corrupt(e.to_string())),
         }
     }
@@ -139,7 +137,7 @@ impl Engine {
         };
         s.default_backend = id.map(str::to_owned);
         let path = self.roots.config_file();
-        std::fs::create_dir_all(&self.roots.root)
+        nubo_core::fsmode::create_dir_all(&self.roots.root, nubo_core::fsmode::DIR)
             .map_err(EngineError::io("", format!("creating {}", self.roots.root.display())))?;
         nubo_core::write_json_atomic(&path, &s).map_err(EngineError::io("", format!("writing {}", path.display())))?;
         Ok(id)

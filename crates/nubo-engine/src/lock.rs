@@ -2,7 +2,7 @@
 //! each other. Lock files live in the run directory (tmpfs): they vanish at reboot, and a lock
 //! held by a killed command is released by the kernel with its file descriptor.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -41,14 +41,11 @@ impl VmLock {
 
     /// Takes the lock without waiting; a held lock is an error naming the holder.
     pub fn try_acquire(locks_dir: &Path, name: &str) -> Result<VmLock, EngineError> {
-        fs::create_dir_all(locks_dir).map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
+        // run/ and run/locks 0755, lock files 0600, whatever the umask (nubo_core::fsmode).
+        nubo_core::fsmode::create_dir_all(locks_dir, nubo_core::fsmode::DIR)
+            .map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
         let path = locks_dir.join(format!("{name}.lock"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
+        let file = nubo_core::fsmode::open_lock(&path)
             .map_err(EngineError::io(name, format!("opening {}", path.display())))?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(mut lock) => {

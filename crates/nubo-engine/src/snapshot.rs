@@ -168,7 +168,8 @@ pub fn reconcile(vm: &str, rec: &VmRecord, table: &[BackendSnapshot]) -> Vec<Sna
         let name = nubo_core::file::escape_control(&t.name);
         out.push(SnapshotInfo {
             note: Some(format!(
-                "made outside nubo, or lost from its record: nubo will not restore it; `nubo vm snapshot rm {vm} {name}` deletes it"
+                "made outside nubo, or lost from its record: nubo will not restore it; {}",
+                delete_hint(vm, rec, &t.name)
             )),
             name,
             status: SnapshotStatus::Untracked,
@@ -182,6 +183,58 @@ pub fn reconcile(vm: &str, rec: &VmRecord, table: &[BackendSnapshot]) -> Vec<Sna
         });
     }
     out
+}
+
+/// How to delete the untracked snapshot `name`: `nubo vm snapshot rm` when it takes the name;
+/// otherwise (a name made outside nubo that its grammar refuses) the backend's own command,
+/// every argument quoted for a POSIX shell (control characters as `$'\n'`), since `rm` would
+/// refuse it.
+fn delete_hint(vm: &str, rec: &VmRecord, name: &str) -> String {
+    if validate_name(name).is_ok() {
+        return format!("`nubo vm snapshot rm {vm} {name}` deletes it");
+    }
+    match rec.backend.as_str() {
+        "cloud-hypervisor" => format!(
+            "its name is one `nubo vm snapshot rm` refuses; `rm -r -- {}` deletes it",
+            shell_quote(&rec.machine.vm_dir.join("snapshots").join(name).to_string_lossy())
+        ),
+        // qemu and libvirt keep snapshots inside the qcow2 overlay.
+        _ => format!(
+            "its name is one `nubo vm snapshot rm` refuses; with the VM stopped (`nubo vm stop {vm}`), `qemu-img snapshot -d {} {}` deletes it",
+            shell_quote(name),
+            shell_quote(&rec.machine.disk.overlay.to_string_lossy())
+        ),
+    }
+}
+
+/// `s` as one word for a POSIX shell: bare when plain, `'...'` otherwise, and bash's `$'...'`
+/// when it holds control characters (which must never reach the terminal raw).
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:@+,".contains(&b))
+    {
+        return s.to_owned();
+    }
+    // Bidirectional overrides reorder what the terminal shows (Trojan Source): escaped too.
+    let hostile = |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if s.chars().any(hostile) {
+        let mut out = String::from("$'");
+        for c in s.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                c if hostile(c) && (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+                c if hostile(c) => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        return out;
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// `snap-20261202-065301` from the current time, with `-2`, `-3`... when taken.

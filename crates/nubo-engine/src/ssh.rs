@@ -23,11 +23,7 @@ pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
         // place, and could pair one run's public key with the other's private key: generation
         // is serialised by a lock next to the key, and re-checked once it is held.
         let lock_path = dir.join(format!(".{KEY_NAME}.lock"));
-        let lock_file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
+        let lock_file = nubo_core::fsmode::open_lock(&lock_path)
             .map_err(EngineError::io("", format!("opening {}", lock_path.display())))?;
         let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
             .map_err(|(_, e)| EngineError::io("", format!("locking {}", lock_path.display()))(e.into()))?;

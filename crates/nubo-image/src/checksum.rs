@@ -98,12 +98,9 @@ pub enum ChecksumError {
     },
     #[error("hash `{0}` is not hexadecimal")]
     NotHex(String),
-    #[error("line {line}: {source}")]
-    Line {
-        line: usize,
-        #[source]
-        source: Box<ChecksumError>,
-    },
+    /// The inner error is part of this message, not a chained source (printed once).
+    #[error("line {line}: {error}")]
+    Line { line: usize, error: Box<ChecksumError> },
     #[error("line {line} is not in {format} format: `{text}`")]
     Malformed {
         line: usize,
@@ -122,7 +119,7 @@ impl ChecksumError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             ChecksumError::Spec(_) | ChecksumError::UnknownAlgorithm(_) => ErrorKind::InvalidInput,
-            ChecksumError::Line { source, .. } => source.kind(),
+            ChecksumError::Line { error, .. } => error.kind(),
             _ => ErrorKind::Integrity,
         }
     }
@@ -175,7 +172,7 @@ impl ChecksumList {
 fn at(line: usize) -> impl FnOnce(ChecksumError) -> ChecksumError {
     move |e| ChecksumError::Line {
         line,
-        source: Box::new(e),
+        error: Box::new(e),
     }
 }
 
@@ -338,7 +335,7 @@ mod tests {
         let err = parse_gnu(&text, Algorithm::Sha512).unwrap_err();
 
         assert!(
-            matches!(err, ChecksumError::Line { line: 1, ref source } if matches!(**source, ChecksumError::WrongLength { got: 64, .. }))
+            matches!(err, ChecksumError::Line { line: 1, ref error } if matches!(**error, ChecksumError::WrongLength { got: 64, .. }))
         );
     }
 
@@ -375,7 +372,7 @@ mod tests {
 
         let err = parse_gnu(&text, Algorithm::Sha256).unwrap_err();
 
-        assert!(matches!(err, ChecksumError::Line { source, .. } if matches!(*source, ChecksumError::NotHex(_))));
+        assert!(matches!(err, ChecksumError::Line { error, .. } if matches!(*error, ChecksumError::NotHex(_))));
     }
 
     #[test]
@@ -419,7 +416,7 @@ mod tests {
         let err = parse_bsd(&text).unwrap_err();
 
         assert!(
-            matches!(err, ChecksumError::Line { source, .. } if matches!(*source, ChecksumError::WrongLength { expected: 128, .. }))
+            matches!(err, ChecksumError::Line { error, .. } if matches!(*error, ChecksumError::WrongLength { expected: 128, .. }))
         );
     }
 
@@ -471,7 +468,7 @@ mod tests {
         let err = parse_sidecar("abc123\n", Algorithm::Sha256, "x.qcow2").unwrap_err();
 
         assert!(
-            matches!(err, ChecksumError::Line { source, .. } if matches!(*source, ChecksumError::WrongLength { got: 6, .. }))
+            matches!(err, ChecksumError::Line { error, .. } if matches!(*error, ChecksumError::WrongLength { got: 6, .. }))
         );
     }
 

@@ -8,9 +8,9 @@
 //! and only if the target is still absent, so a failed conversion leaves nothing behind.
 
 use std::ffi::OsString;
-use std::fs::{self, DirBuilder, File};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -109,12 +109,10 @@ pub fn convert_args(spec: &ConvertSpec, tmp_out: &Path) -> Result<Vec<OsString>,
     Ok(args)
 }
 
-/// `.<name>.tmp.<pid>` beside `out`: same filesystem, so the final link is atomic.
+/// `.<name>.tmp.<pid>` beside `out`: same filesystem, so the final link is atomic (the name
+/// cut short to stay a legal file name, see [`nubo_core::file::temp_beside`]).
 pub fn temp_beside(out: &Path) -> PathBuf {
-    let mut name = OsString::from(".");
-    name.push(out.file_name().unwrap_or_default());
-    name.push(format!(".tmp.{}", std::process::id()));
-    out.with_file_name(name)
+    nubo_core::file::temp_beside(out)
 }
 
 /// Runs the conversion; the result appears at `spec.out` (mode 0600) only when complete.
@@ -145,7 +143,7 @@ pub fn convert(spec: &ConvertSpec) -> Result<(), ConvertError> {
     let dir = temp_beside(&out);
     let tmp = dir.join("image");
     let args = convert_args(spec, &tmp)?;
-    DirBuilder::new().mode(0o700).create(&dir).map_err(io_at(&dir))?;
+    nubo_core::fsmode::create_dir(&dir, nubo_core::fsmode::PRIVATE_DIR).map_err(io_at(&dir))?;
     let result = run_qemu_img(&spec.src, src, &args).and_then(|()| publish(&tmp, &out, &spec.out));
     let _ = fs::remove_file(&tmp);
     let _ = fs::remove_dir(&dir);

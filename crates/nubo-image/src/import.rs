@@ -2,7 +2,7 @@
 //! other format is converted to qcow2 with qemu-img, since overlays need a qcow2 or raw base and
 //! qcow2 keeps the store small.
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -156,7 +156,12 @@ fn copy_hashing(src: &Path, dst: &Path) -> Result<String, ImportError> {
         path: src.to_path_buf(),
         source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
     })?;
-    let mut output = File::create(dst).map_err(io_dst)?;
+    let mut output = nubo_core::fsmode::open(
+        fs::OpenOptions::new().write(true).create(true).truncate(true),
+        dst,
+        nubo_core::fsmode::PRIVATE,
+    )
+    .map_err(io_dst)?;
     let mut h = StreamHasher::new(None);
     let mut buf = AlignedBuf::new(CHUNK);
     loop {

@@ -1,7 +1,7 @@
 //! One lock file per download target in `tmp/`, so two pulls of the same image do one download:
 //! the second waits, then finds the image already stored.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ impl TargetLock {
     pub fn acquire(path: &Path, on_wait: &mut dyn FnMut()) -> io::Result<TargetLock> {
         let mut waited = false;
         loop {
-            let f = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+            let f = nubo_core::fsmode::open_lock(path)?;
             let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
                 Ok(l) => l,
                 Err((f, Errno::EWOULDBLOCK)) => {
@@ -53,7 +53,7 @@ impl TargetLock {
 impl TargetLock {
     /// Takes the lock only if nobody holds it: `None` while a pull is writing the target.
     pub fn try_acquire(path: &Path) -> io::Result<Option<TargetLock>> {
-        let f = OpenOptions::new().create(true).truncate(false).write(true).open(path)?;
+        let f = nubo_core::fsmode::open_lock(path)?;
         let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(l) => l,
             Err((_, Errno::EWOULDBLOCK)) => return Ok(None),

@@ -20,7 +20,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use nubo_core::{ErrorKind, FileError};
+use nubo_core::{fsmode, ErrorKind, FileError};
 use serde::Serialize;
 
 use crate::lock::TargetLock;
@@ -159,9 +159,17 @@ pub struct ImageStore {
 impl ImageStore {
     /// Opens (creating if needed) the store at `dir`, normally `Roots::images()`.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        for sub in ["blobs", "boot", "refs", "tmp"] {
+        // Modes set whatever the umask (nubo_core::fsmode): others (libvirt's QEMU user) may
+        // read blobs but nobody else may write a record or a blob; partial files are private.
+        fsmode::create_dir_all(dir, fsmode::DIR).map_err(io_at(dir))?;
+        for (sub, mode) in [
+            ("blobs", fsmode::DIR),
+            ("boot", fsmode::DIR),
+            ("refs", fsmode::DIR),
+            ("tmp", fsmode::PRIVATE_DIR),
+        ] {
             let p = dir.join(sub);
-            fs::create_dir_all(&p).map_err(io_at(&p))?;
+            fsmode::create_dir_all(&p, mode).map_err(io_at(&p))?;
         }
         Ok(ImageStore { dir: dir.to_path_buf() })
     }
@@ -215,7 +223,7 @@ impl ImageStore {
         } else {
             fs::rename(src, &blob).map_err(io_at(&blob))?;
         }
-        fs::set_permissions(&blob, fs::Permissions::from_mode(0o444)).map_err(io_at(&blob))?;
+        fs::set_permissions(&blob, fs::Permissions::from_mode(fsmode::READ_ONLY)).map_err(io_at(&blob))?;
         record.path = blob;
         record.reference = r.to_string();
         self.write_record(&r, &record)?;
@@ -276,11 +284,11 @@ impl ImageStore {
         initrd: Option<&Path>,
     ) -> Result<(PathBuf, Option<PathBuf>), StoreError> {
         let dir = self.dir.join("boot").join(digest_hex(digest)?);
-        fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+        fsmode::create_dir_all(&dir, fsmode::DIR).map_err(io_at(&dir))?;
         let place = |src: &Path, name: &str| -> Result<PathBuf, StoreError> {
             let dst = dir.join(name);
             fs::rename(src, &dst).map_err(io_at(&dst))?;
-            fs::set_permissions(&dst, fs::Permissions::from_mode(0o444)).map_err(io_at(&dst))?;
+            fs::set_permissions(&dst, fs::Permissions::from_mode(fsmode::READ_ONLY)).map_err(io_at(&dst))?;
             Ok(dst)
         };
         let k = place(kernel, "vmlinuz")?;
@@ -293,7 +301,7 @@ impl ImageStore {
     pub fn write_record(&self, r: &ImageRef, record: &ImageRecord) -> Result<(), StoreError> {
         let path = self.record_path(r);
         let parent = path.parent().expect("record paths have a parent");
-        fs::create_dir_all(parent).map_err(io_at(parent))?;
+        fsmode::create_dir_all(parent, fsmode::DIR).map_err(io_at(parent))?;
         nubo_core::write_json_atomic(&path, record).map_err(|e| {
             let _ = fs::remove_dir(parent);
             io_at(&path)(e)
@@ -545,7 +553,7 @@ fn disk_usage(path: &Path) -> u64 {
 /// A record file, read bounded and without following it into a FIFO or device.
 fn read_record(path: &Path) -> Result<ImageRecord, StoreError> {
     let bytes = nubo_core::file::read_bounded(path, "image record", MAX_RECORD).map_err(|e| match e {
-        FileError::Io { source, .. } => io_at(path)(source),
+        FileError::Io { error, .. } => io_at(path)(error),
         other => io_at(path)(io::Error::new(io::ErrorKind::InvalidData, other.to_string())),
     })?;
     serde_json::from_slice(&bytes).map_err(|source| StoreError::Corrupt {

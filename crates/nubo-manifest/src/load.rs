@@ -24,6 +24,10 @@ fn refused(file: &str, message: String) -> ManifestErrors {
 /// relative paths of a manifest read from standard input.
 pub fn load(arg: &Path, stdin: &mut dyn Read, cwd: &Path) -> Result<Vec<Source>, ManifestErrors> {
     let shown = arg.display().to_string();
+    // A name the kernel would refuse says which limit, not "File name too long (os error 36)".
+    if let Err(e) = nubo_core::file::check_path_length(arg, "manifest") {
+        return Err(refused(&nubo_core::file::shorten(arg), e.to_string()));
+    }
     if arg == Path::new("-") {
         let mut bytes = Vec::new();
         stdin

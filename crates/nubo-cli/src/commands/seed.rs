@@ -129,12 +129,8 @@ fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
         return Ok(out.flush()?);
     }
     // 0600: a seed carries the user's keys and whatever secrets their user-data holds.
-    nubo_core::file::write_output(&inputs.output, &image, SEED_MODE).with_context(|| {
-        format!(
-            "writing seed image {} (check that its directory exists and is writable)",
-            inputs.output.display()
-        )
-    })
+    // The error names the path and the cause; the context only says which output it was.
+    nubo_core::file::write_output(&inputs.output, &image, SEED_MODE).context("writing the seed image")
 }
 
 /// The seed's file mode: it may hold secrets (passwords, tokens in user-data).

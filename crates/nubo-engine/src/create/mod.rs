@@ -6,7 +6,7 @@
 pub mod seed;
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -351,15 +351,10 @@ impl Engine {
         let name = plan.name.as_str();
         let io = |what: String| EngineError::io(name, what);
         let dir = undo.dir.clone();
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(self.roots.vms())
+        nubo_core::fsmode::create_dir_all(&self.roots.vms(), nubo_core::fsmode::DIR)
             .map_err(io(format!("creating {}", self.roots.vms().display())))?;
         // 0700: the VM's directory holds its seed, which may carry passwords.
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
+        nubo_core::fsmode::create_dir(&dir, nubo_core::fsmode::PRIVATE_DIR)
             .map_err(io(format!("creating {}", dir.display())))?;
         let seed_path = dir.join("seed.img");
         let seed_device = match (&seed, &inputs.own_seed) {
@@ -541,12 +536,7 @@ struct SeedIdentity {
 /// Writes a file only its owner can read, without the fsync (see `make`).
 fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
+    let mut f = nubo_core::fsmode::create_new(path, nubo_core::fsmode::PRIVATE)?;
     f.write_all(data)
 }
 

@@ -147,7 +147,7 @@ pub fn load(vm_dir: &Path) -> Result<Option<VmRecord>, EngineError> {
     let path = record_path(vm_dir);
     match nubo_core::file::read_bounded(&path, "vm record", MAX_RECORD) {
         Ok(bytes) => parse(&path, &bytes).map(Some),
-        Err(nubo_core::FileError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(EngineError::Corrupt {
             path,
             detail: e.to_string(),

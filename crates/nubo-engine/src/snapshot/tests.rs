@@ -386,3 +386,41 @@ fn record_without_snapshot_fields_loads() {
 fn capabilities_fake_default_has_no_snapshots() {
     assert!(!Capabilities::default().snapshot);
 }
+
+/// Issue 21: `snapshot ls` told the user to `nubo vm snapshot rm` an untracked snapshot whose
+/// name `rm` refuses; it names the backend's own command, the name shell-quoted and escaped.
+#[test]
+fn snapshot_list_untracked_name_rm_refuses_suggests_backend_command_escaped() {
+    let t = snapshotting();
+    let rec = running(&t, "web");
+    for name in ["bad\nname\u{1b}[31m", "-x 'y'"] {
+        t.fake.add_snapshot(
+            &rec.uuid,
+            BackendSnapshot {
+                name: name.into(),
+                has_memory: false,
+                vm_state_size: 0,
+                created: None,
+            },
+        );
+    }
+
+    let l = t.engine.snapshot_list("web").unwrap();
+
+    let notes: Vec<&str> = l.snapshots.iter().filter_map(|s| s.note.as_deref()).collect();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    for n in &notes {
+        assert!(!n.contains("snapshot rm web"), "{n}");
+        assert!(n.contains("qemu-img snapshot -d "), "{n}");
+        assert!(!n.chars().any(char::is_control), "{n:?}");
+    }
+    assert!(notes[0].contains(r"$'bad\nname\x1b[31m'"), "{}", notes[0]);
+    assert!(notes[1].contains(r"'-x '\''y'\'''"), "{}", notes[1]);
+}
+
+#[test]
+fn shell_quote_plain_bare_and_control_as_ansi_c() {
+    assert_eq!(shell_quote("snap-1"), "snap-1");
+    assert_eq!(shell_quote("a b"), "'a b'");
+    assert_eq!(shell_quote("a\u{202e}b\\"), r"$'a\u202eb\\'");
+}

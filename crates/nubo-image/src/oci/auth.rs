@@ -231,7 +231,7 @@ impl AuthFile {
         let mut bytes = serde_json::to_vec_pretty(self).expect("an auth file always serialises");
         bytes.push(b'\n');
         nubo_core::file::write_output(path, &bytes, 0o600).map_err(|e| match e {
-            nubo_core::FileError::Io { source, .. } => err(source),
+            nubo_core::FileError::Io { error, .. } => err(error),
             other => err(io::Error::new(io::ErrorKind::InvalidInput, other.to_string())),
         })
     }

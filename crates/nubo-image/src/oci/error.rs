@@ -63,12 +63,9 @@ pub enum OciError {
     ManifestTooBig { reference: String, size: u64, max: u64 },
     #[error("`{reference}`: the manifest the registry sent is {actual}, not the digest asked for: the registry's copy is corrupt or was tampered with; nothing was stored")]
     ManifestMismatch { reference: String, actual: String },
-    #[error("`{reference}` {source}")]
-    Manifest {
-        reference: String,
-        #[source]
-        source: ManifestError,
-    },
+    /// The manifest error completes this sentence; it is not a chained source (printed once).
+    #[error("`{reference}` {error}")]
+    Manifest { reference: String, error: ManifestError },
     #[error("`{reference}`: the {what} blob {digest} does not match its digest (got {actual}): the registry's copy is corrupt or was tampered with; nothing was stored")]
     BlobMismatch {
         reference: String,
@@ -166,7 +163,7 @@ impl OciError {
             | OciError::Decompress { .. }
             | OciError::Inconsistent { .. }
             | OciError::StoreDamaged { .. } => ErrorKind::Integrity,
-            OciError::Manifest { source, .. } => source.kind(),
+            OciError::Manifest { error, .. } => error.kind(),
             OciError::Disk { source, .. } => source.kind(),
             OciError::HasBacking { .. } | OciError::Format { .. } => ErrorKind::Unsupported,
             OciError::PushToDigest(_) | OciError::NoRegistry(_) | OciError::NoLocalName(_) => ErrorKind::InvalidInput,

@@ -107,9 +107,9 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
     progress(PullEvent::Note(format!(
         "{shown} is {registry}/{repository}@{manifest_digest}"
     )));
-    let art = classify(&bytes).map_err(|source| OciError::Manifest {
+    let art = classify(&bytes).map_err(|error| OciError::Manifest {
         reference: shown.clone(),
-        source,
+        error,
     })?;
     let local = match &req.name {
         Some(n) => n.clone(),

@@ -39,6 +39,13 @@ pub fn build(a: &BuildArgs, settings: &Settings) -> anyhow::Result<()> {
         boot_timeout,
     };
     let built = nubo_build::build(&engine(settings), &req, &mut print_event)?;
+    if let nubo_image::TagChange::Replaced { digest, .. } = &built.tag_change {
+        // `docker build -t` moves a tag silently; nubo moves it too, but says from what.
+        eprintln!(
+            "moved tag {} from {digest} to {}",
+            built.image.reference, built.image.digest
+        );
+    }
     if a.output == Format::Json {
         return print_json(&built);
     }
@@ -63,23 +70,22 @@ pub fn init(a: &InitArgs) -> anyhow::Result<()> {
     }
     let text = nubo_build::starter(&a.from);
     nubo_build::parse(&text).context("the starter VMfile does not parse")?;
-    let mut open = std::fs::OpenOptions::new();
-    open.write(true);
-    if a.force {
-        open.create(true).truncate(true);
+    // The one output-path rule (as `seed build -o`): no symlink (dangling or not), device or
+    // FIFO is ever written through; --force replaces a regular file only, atomically.
+    let existing = if a.force {
+        nubo_core::file::Existing::Replace
     } else {
-        open.create_new(true);
-    }
-    use std::io::Write;
-    let mut f = open.open(&a.file).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => anyhow::anyhow!(
-            "{} already exists: nubo image init does not overwrite it; pass --force to replace it, or -f to write elsewhere",
-            a.file.display()
-        ),
-        _ => anyhow::anyhow!("writing {}: {e}", a.file.display()),
-    })?;
-    f.write_all(text.as_bytes())
-        .with_context(|| format!("writing {}", a.file.display()))?;
+        nubo_core::file::Existing::Refuse
+    };
+    nubo_core::file::write_output_for(&a.file, text.as_bytes(), nubo_core::fsmode::RECORD, existing).map_err(
+        |e| match e {
+            nubo_core::FileError::OutputExists { .. } => anyhow::anyhow!(
+                "{} already exists: nubo image init does not overwrite it; pass --force to replace it, or -f to write elsewhere",
+                nubo_core::file::shorten(&a.file)
+            ),
+            other => anyhow::Error::new(other).context("writing the VMfile (-f)"),
+        },
+    )?;
     eprintln!(
         "wrote {}: edit it, then `nubo image build -t NAME:TAG .`",
         a.file.display()
