@@ -9,7 +9,9 @@
 #                seed), timed to cloud-init's closing console line: what nubo itself adds
 #   peer image   optional: BOOT_BENCH_PEER_ROOT names a NUBO_ROOT holding another debian:12 (e.g.
 #                the previous recipe's, bootstrapped by an older nubo), booted like the first
-# Runs alternate (nubo, plain, peer) BOOT_BENCH_RUNS times (default 1); medians are compared.
+# Runs alternate (nubo, plain, peer) BOOT_BENCH_RUNS times (default 1); medians are compared. With
+# BOOT_BENCH_PARALLEL=1 the sides of a run boot at the same time instead, so a machine whose load
+# swings (other jobs) slows all of them alike: fairer ratios, longer absolute times.
 # Every VM runs under the host's default accelerator with `restrict=on` networking and is removed on exit.
 # Needs $NUBO_BIN (scripts/bench.sh sets it), qemu-system-x86_64, qemu-img, cloud-localds, ssh-keygen,
 # python3. The image is bootstrapped once per recipe version into NUBO_BENCH_BOOT_ROOT (default
@@ -28,10 +30,12 @@ export NUBO_RUN_DIR=${NUBO_BENCH_RUN_DIR:-/tmp/nubo-bench-boot-run}
 peer_root=${BOOT_BENCH_PEER_ROOT:-}
 mkdir -p "$NUBO_ROOT" "$NUBO_RUN_DIR"
 work=$(mktemp -d /tmp/nubo-boot-bench.XXXXXX)
+parallel=${BOOT_BENCH_PARALLEL:-0}
 created=()   # "root name" pairs to remove on exit
-hand_pid=    # the by-hand QEMU running, if any
 cleanup() {
-  if [ -n "$hand_pid" ]; then kill -9 "$hand_pid" 2>/dev/null || true; fi
+  for f in "$work"/hand*/qemu.pid; do
+    [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null || true
+  done
   for c in "${created[@]}"; do
     NUBO_ROOT=${c% *} timeout 120 "$NUBO_BIN" vm rm --force "${c##* }" >/dev/null 2>&1 || true
   done
@@ -114,7 +118,6 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print 
 # One `nubo vm create --wait`: label, root, name. Prints nubo's phases; leaves the VM running.
 boot_nubo() {
   local label=$1 root=$2 name=$3 obs="$work/$3.obs"
-  created+=("$root $name")
   NUBO_ROOT=$root python3 "$work/observe.py" "$root/vms/$name/console.log" "$deadline" "$obs" \
     timeout "$deadline" "$NUBO_BIN" vm create "$name" --image debian:12 --restrict-network \
     --ssh-key "@$work/key.pub" --wait --boot-timeout "$((deadline - 20))s"
@@ -157,11 +160,11 @@ boot_plain() {
       -drive "if=virtio,file=$1/disk.qcow2,format=qcow2" -drive "if=virtio,file=$1/seed.img,format=raw,readonly=on" \
       -netdev user,id=net0,restrict=on -device virtio-net-pci,netdev=net0' \
     sh "$h" "$base" "$kernel" "$initrd" "$cmdline" "$accel" "$cpu"
-  hand_pid=$(cat "$h/qemu.pid" 2>/dev/null || true)
-  local f
+  local f pid
   f=$(val finished "$obs")
-  [ -n "$hand_pid" ] && kill -9 "$hand_pid" 2>/dev/null || true
-  hand_pid=
+  pid=$(cat "$h/qemu.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+  rm -f "$h/qemu.pid"
   if [ -z "$f" ]; then
     echo "boot: plain QEMU: no cloud-init closing line within ${deadline}s:"
     sed -n 's/^# /  /p' "$obs"
@@ -173,16 +176,38 @@ boot_plain() {
   rm -f "$h/disk.qcow2"
 }
 
-echo "-- debian:12 (recipe $version) from create to cloud-init done, $runs run(s) per side"
+# One side of a run: boots, reports (from inside the guest too) and removes the VM.
+side() { # nubo|plain|peer run
+  case $1 in
+  nubo)
+    boot_nubo nubo "$NUBO_ROOT" "bootb-$2"
+    guest_report "$NUBO_ROOT" "bootb-$2"
+    NUBO_ROOT=$NUBO_ROOT timeout 120 "$NUBO_BIN" vm rm --force "bootb-$2" >/dev/null 2>&1 ;;
+  plain) boot_plain "$2" ;;
+  peer)
+    boot_nubo peer "$peer_root" "bootp-$2"
+    guest_report "$peer_root" "bootp-$2"
+    NUBO_ROOT=$peer_root timeout 120 "$NUBO_BIN" vm rm --force "bootp-$2" >/dev/null 2>&1 ;;
+  esac
+}
+sides=(nubo plain)
+[ -n "$peer_root" ] && sides+=(peer)
+echo "-- debian:12 (recipe $version) from create to cloud-init done, $runs run(s) per side$([ "$parallel" = 1 ] && echo ", sides booted at the same time")"
 for i in $(seq "$runs"); do
-  boot_nubo nubo "$NUBO_ROOT" "bootb-$i"
-  guest_report "$NUBO_ROOT" "bootb-$i"
-  NUBO_ROOT=$NUBO_ROOT timeout 120 "$NUBO_BIN" vm rm --force "bootb-$i" >/dev/null 2>&1
-  boot_plain "$i"
-  if [ -n "$peer_root" ]; then
-    boot_nubo peer "$peer_root" "bootp-$i"
-    guest_report "$peer_root" "bootp-$i"
-    NUBO_ROOT=$peer_root timeout 120 "$NUBO_BIN" vm rm --force "bootp-$i" >/dev/null 2>&1
+  created+=("$NUBO_ROOT bootb-$i")
+  [ -n "$peer_root" ] && created+=("$peer_root bootp-$i")
+  if [ "$parallel" = 1 ]; then
+    pids=()
+    for s in "${sides[@]}"; do
+      (side "$s" "$i") >"$work/side-$s-$i.out" 2>&1 &
+      pids+=($!)
+    done
+    failed=0
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
+    for s in "${sides[@]}"; do cat "$work/side-$s-$i.out"; done
+    [ "$failed" = 0 ] || { echo "boot: a side failed (above)"; exit 1; }
+  else
+    for s in "${sides[@]}"; do side "$s" "$i"; done
   fi
 done
 n=$(median <"$work/t-nubo") p=$(median <"$work/t-plain")

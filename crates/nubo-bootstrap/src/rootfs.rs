@@ -286,7 +286,11 @@ mod tests {
             .iter()
             .find(|f| f.path == "etc/cloud/cloud.cfg.d/90_nubo.cfg")
             .unwrap();
-        assert!(ds.contents.starts_with("datasource_list: [ NoCloud, None ]\n"), "{}", ds.contents);
+        assert!(
+            ds.contents.starts_with("datasource_list: [ NoCloud, None ]\n"),
+            "{}",
+            ds.contents
+        );
     }
 
     #[test]
@@ -339,7 +343,8 @@ mod tests {
 
         assert_eq!(lines[lines.len() - 2], "chroot \"$1\" update-initramfs -u -k all");
         assert!(
-            lines[lines.len() - 1].contains("compileall -q -f --invalidation-mode timestamp /usr/lib/python3/dist-packages"),
+            lines[lines.len() - 1]
+                .contains("compileall -q -f --invalidation-mode timestamp /usr/lib/python3/dist-packages"),
             "{s}"
         );
     }

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use nubo_live::cli::{
     field, guest, inspect, ls_state, no_qemu, nubo, one_qemu, qemu_processes, run, vm_dirs, vms_empty, Cleanup, Out,
 };
-use base64::Engine as _;
 use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
 
 /// One boot to cloud-init under TCG on a shared 2-core machine.
@@ -175,7 +175,8 @@ fn personal(tag: &str) -> Result<Personal, String> {
 fn probe_deb(dir: &Path, marker: &str) -> Result<Vec<u8>, String> {
     let tree = dir.join("deb");
     let share = tree.join("usr/share").join(PROBE_PACKAGE);
-    fs::create_dir_all(tree.join("DEBIAN")).and_then(|()| fs::create_dir_all(&share))
+    fs::create_dir_all(tree.join("DEBIAN"))
+        .and_then(|()| fs::create_dir_all(&share))
         .map_err(|e| format!("cannot make the probe package's tree in {}: {e}", tree.display()))?;
     fs::write(
         tree.join("DEBIAN/control"),
@@ -187,7 +188,10 @@ fn probe_deb(dir: &Path, marker: &str) -> Result<Vec<u8>, String> {
     .map_err(|e| format!("cannot write the probe package's files in {}: {e}", tree.display()))?;
     let deb = dir.join(format!("{PROBE_PACKAGE}.deb"));
     let mut build = Command::new("dpkg-deb");
-    build.args(["--root-owner-group", "-Zgzip", "--build"]).arg(&tree).arg(&deb);
+    build
+        .args(["--root-owner-group", "-Zgzip", "--build"])
+        .arg(&tree)
+        .arg(&deb);
     run(&mut build, QUICK)?.require()?;
     fs::read(&deb).map_err(|e| format!("reading {}: {e}", deb.display()))
 }
@@ -407,7 +411,9 @@ fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, p: &Pers
     }
     let w = guest(root, name, &format!("cat {WRITTEN}"))?;
     if w != written {
-        return Err(format!("{when}: write_files left {w:?} in {WRITTEN}, expected {written:?}"));
+        return Err(format!(
+            "{when}: write_files left {w:?} in {WRITTEN}, expected {written:?}"
+        ));
     }
     let installed = guest(
         root,
@@ -429,7 +435,9 @@ fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, p: &Pers
             "{when}: /var/lib/cloud/instances holds {instances:?}, expected only {uuid}"
         ));
     }
-    println!("  {when}: hostname {h}, instance-id {iid}, runcmd once, write_files and apt-get install done, one instance");
+    println!(
+        "  {when}: hostname {h}, instance-id {iid}, runcmd once, write_files and apt-get install done, one instance"
+    );
     Ok(())
 }
 
