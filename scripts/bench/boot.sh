@@ -137,8 +137,11 @@ boot_nubo() {
 # Inside the guest: where its boot time went.
 guest_report() {
   local root=$1 name=$2
-  NUBO_ROOT=$root timeout 120 "$NUBO_BIN" vm ssh "$name" -- \
-    'systemd-analyze; echo "-- systemd-analyze blame (top 15)"; systemd-analyze blame | head -15;
+  # systemd-analyze answers once the boot's last job is done (nubo-ssh-keygen-rest.service runs
+  # after cloud-init): wait for it, bounded.
+  NUBO_ROOT=$root timeout 300 "$NUBO_BIN" vm ssh "$name" -- \
+    'for i in $(seq 120); do systemd-analyze >/dev/null 2>&1 && break; sleep 2; done;
+     systemd-analyze; echo "-- systemd-analyze blame (top 15)"; systemd-analyze blame | head -15;
      echo "-- systemd-analyze critical-chain"; systemd-analyze critical-chain --no-pager | tail -n +2 | head -25;
      echo "-- cloud-init analyze show"; sudo cloud-init analyze show' 2>&1 | sed 's/^/    /' || echo "    (could not reach the guest over SSH)"
 }
