@@ -40,14 +40,109 @@ WantedBy=ssh.service
 
 pub const SSH_KEYGEN_UNIT_NAME: &str = "nubo-ssh-keygen.service";
 
+/// cloud-init makes only the ed25519 host key at first boot (an RSA key alone costs seconds
+/// under TCG, and every client nubo knows prefers ed25519); this makes the others once
+/// cloud-init is done, off the boot's critical path, and has sshd load them. Per instance too:
+/// cloud-init deletes every host key of an earlier instance, so the RSA key is missing again.
+const SSH_KEYGEN_REST_UNIT: &str = "\
+[Unit]
+Description=Generate the remaining SSH host keys after cloud-init (nubo bootstrap image)
+After=cloud-final.service ssh.service
+ConditionPathExists=!/etc/ssh/ssh_host_rsa_key
+
+[Service]
+Type=oneshot
+Nice=10
+ExecStart=/usr/bin/ssh-keygen -A
+ExecStart=-/bin/systemctl --no-block try-reload-or-restart ssh.service
+
+[Install]
+WantedBy=cloud-init.target
+";
+
+pub const SSH_KEYGEN_REST_UNIT_NAME: &str = "nubo-ssh-keygen-rest.service";
+
+/// cloud-init limited to what a nubo VM uses: the NoCloud seed (and None as the explicit
+/// fallback), no probing of other clouds; only the ed25519 host key at first boot (see
+/// [`SSH_KEYGEN_REST_UNIT`]); and module lists without the modules for other distributions'
+/// or clouds' tooling (snap, landscape, lxd, puppet, chef, ubuntu-advantage...), which each
+/// cost an import in every stage. What a user's cloud-config commonly asks for stays: users,
+/// ssh keys, hostname, write_files, mounts, growpart, bootcmd/runcmd, packages, apt, locale,
+/// timezone, passwords, scripts, power state, and final-message (nubo's readiness line).
+const CLOUD_CFG: &str = "\
+datasource_list: [ NoCloud, None ]
+ssh_genkeytypes: [ ed25519 ]
+cloud_init_modules:
+ - seed_random
+ - bootcmd
+ - write-files
+ - growpart
+ - resizefs
+ - disk_setup
+ - mounts
+ - set_hostname
+ - update_hostname
+ - update_etc_hosts
+ - ca-certs
+ - users-groups
+ - ssh
+cloud_config_modules:
+ - ssh-import-id
+ - keyboard
+ - locale
+ - set-passwords
+ - apt-configure
+ - ntp
+ - timezone
+ - runcmd
+cloud_final_modules:
+ - package-update-upgrade-install
+ - write-files-deferred
+ - scripts-vendor
+ - scripts-per-once
+ - scripts-per-boot
+ - scripts-per-instance
+ - scripts-user
+ - phone-home
+ - final-message
+ - power-state-change
+";
+
+/// The initramfs holds only what finds and mounts the root of a nubo VM: virtio disks (PCI or
+/// MMIO transport, as the microvm machine has) and ext4 (with crc32c for its metadata checksums). `MODULES=list` instead of Debian's
+/// `most`: a smaller image to unpack and no udev coldplug of drivers a VM never has.
+const INITRAMFS_MODULES: &str = "\
+virtio_pci
+virtio_mmio
+virtio_blk
+virtio_scsi
+sd_mod
+ext4
+crc32c_generic
+";
+
+/// Units that do nothing useful in a short-lived VM and cost boot time or wake it later:
+/// apt's daily download/upgrade timers, e2scrub (LVM snapshots; nubo's root is not on LVM),
+/// man-db's cache rebuild, and fstrim (the overlay is discarded with the VM).
+pub const MASKED_UNITS: &[&str] = &[
+    "apt-daily.timer",
+    "apt-daily-upgrade.timer",
+    "e2scrub_all.timer",
+    "e2scrub_reap.service",
+    "man-db.timer",
+    "fstrim.timer",
+];
+
 pub fn overlay(ids: &Ids) -> Vec<OverlayFile> {
     let f = |path, contents: String| OverlayFile { path, contents };
     vec![
         // Without it cloud-init's cc_locale tries to generate a locale minbase cannot.
         f("etc/default/locale", "LANG=C.UTF-8\n".into()),
         // Only NoCloud (and None as the explicit fallback): otherwise cloud-init probes network
-        // datasources and waits for metadata servers that are not there.
-        f("etc/cloud/cloud.cfg.d/90_nubo.cfg", "datasource_list: [ NoCloud, None ]\n".into()),
+        // datasources and waits for metadata servers that are not there. See CLOUD_CFG.
+        f("etc/cloud/cloud.cfg.d/90_nubo.cfg", CLOUD_CFG.into()),
+        f("etc/initramfs-tools/conf.d/90-nubo.conf", "MODULES=list\n".into()),
+        f("etc/initramfs-tools/modules", INITRAMFS_MODULES.into()),
         f(
             "etc/fstab",
             format!(
@@ -62,22 +157,42 @@ pub fn overlay(ids: &Ids) -> Vec<OverlayFile> {
         f("etc/hosts", "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n".into()),
         f("boot/grub/grub.cfg", grub::grub_cfg(&ids.root_uuid)),
         f("etc/systemd/system/nubo-ssh-keygen.service", SSH_KEYGEN_UNIT.into()),
+        f("etc/systemd/system/nubo-ssh-keygen-rest.service", SSH_KEYGEN_REST_UNIT.into()),
     ]
 }
 
 /// Runs in the tree after the packages are in, before mmdebstrap's own cleanup (which empties
 /// machine-id and the apt caches).
 pub fn customize_script() -> String {
-    hook_script(&[
+    let mask = MASKED_UNITS
+        .iter()
+        .map(|u| format!(r#"ln -sf /dev/null "$1"/etc/systemd/system/{u}"#))
+        .collect::<Vec<_>>();
+    let mut lines = vec![
         // Every VM from this image must get its own host keys.
-        r#"rm -f "$1"/etc/ssh/ssh_host_*"#,
+        r#"rm -f "$1"/etc/ssh/ssh_host_*"#.to_owned(),
         // The build host's resolver: the guest's DHCP client writes its own.
-        r#"rm -f "$1"/etc/resolv.conf"#,
-        r#"mkdir -p "$1"/boot/efi "$1"/etc/systemd/system/ssh.service.wants"#,
-        &format!(
+        r#"rm -f "$1"/etc/resolv.conf"#.to_owned(),
+        r#"mkdir -p "$1"/boot/efi "$1"/etc/systemd/system/ssh.service.wants "$1"/etc/systemd/system/cloud-init.target.wants"#.to_owned(),
+        format!(
             r#"ln -sf /etc/systemd/system/{SSH_KEYGEN_UNIT_NAME} "$1"/etc/systemd/system/ssh.service.wants/{SSH_KEYGEN_UNIT_NAME}"#
         ),
-    ])
+        format!(
+            r#"ln -sf /etc/systemd/system/{SSH_KEYGEN_REST_UNIT_NAME} "$1"/etc/systemd/system/cloud-init.target.wants/{SSH_KEYGEN_REST_UNIT_NAME}"#
+        ),
+    ];
+    lines.extend(mask);
+    lines.extend([
+        // The initramfs again, with the overlay's MODULES=list.
+        r#"chroot "$1" update-initramfs -u -k all"#.to_owned(),
+        // Python's .pyc files as timestamp-checked ones: with SOURCE_DATE_EPOCH set (as it is
+        // while the packages install) py3compile writes hash-checked ones, and every import
+        // at boot then reads and hashes its source. A package's .py keeps its own time in the
+        // image (see ext4_times), so the recorded time matches and the bytes are reproducible.
+        r#"chroot "$1" sh -c 'python3 -m compileall -q -f --invalidation-mode timestamp /usr/lib/python3/dist-packages /usr/lib/python3.[0-9]*'"#.to_owned(),
+    ]);
+    let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+    hook_script(&refs)
 }
 
 /// Runs last among the hooks: writes `packages` (one `NAME<TAB>VERSION` a line, as installed)
@@ -171,7 +286,11 @@ mod tests {
             .iter()
             .find(|f| f.path == "etc/cloud/cloud.cfg.d/90_nubo.cfg")
             .unwrap();
-        assert_eq!(ds.contents, "datasource_list: [ NoCloud, None ]\n");
+        assert!(
+            ds.contents.starts_with("datasource_list: [ NoCloud, None ]\n"),
+            "{}",
+            ds.contents
+        );
     }
 
     #[test]
@@ -199,14 +318,72 @@ mod tests {
 
     #[test]
     fn customize_script_is_exactly_its_lines_after_set_eu() {
+        let s = customize_script();
+        let lines: Vec<&str> = s.lines().collect();
+
         assert_eq!(
-            customize_script(),
-            "set -eu\n\
-             rm -f \"$1\"/etc/ssh/ssh_host_*\n\
-             rm -f \"$1\"/etc/resolv.conf\n\
-             mkdir -p \"$1\"/boot/efi \"$1\"/etc/systemd/system/ssh.service.wants\n\
-             ln -sf /etc/systemd/system/nubo-ssh-keygen.service \"$1\"/etc/systemd/system/ssh.service.wants/nubo-ssh-keygen.service"
+            &lines[..6],
+            &[
+                "set -eu",
+                "rm -f \"$1\"/etc/ssh/ssh_host_*",
+                "rm -f \"$1\"/etc/resolv.conf",
+                "mkdir -p \"$1\"/boot/efi \"$1\"/etc/systemd/system/ssh.service.wants \"$1\"/etc/systemd/system/cloud-init.target.wants",
+                "ln -sf /etc/systemd/system/nubo-ssh-keygen.service \"$1\"/etc/systemd/system/ssh.service.wants/nubo-ssh-keygen.service",
+                "ln -sf /etc/systemd/system/nubo-ssh-keygen-rest.service \"$1\"/etc/systemd/system/cloud-init.target.wants/nubo-ssh-keygen-rest.service",
+            ]
         );
+        assert_eq!(lines.len(), 6 + MASKED_UNITS.len() + 2, "{s}");
+        assert_eq!(lines[6], "ln -sf /dev/null \"$1\"/etc/systemd/system/apt-daily.timer");
+    }
+
+    #[test]
+    fn customize_script_rebuilds_initramfs_then_compiles_timestamp_pyc() {
+        let s = customize_script();
+        let lines: Vec<&str> = s.lines().collect();
+
+        assert_eq!(lines[lines.len() - 2], "chroot \"$1\" update-initramfs -u -k all");
+        assert!(
+            lines[lines.len() - 1]
+                .contains("compileall -q -f --invalidation-mode timestamp /usr/lib/python3/dist-packages"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn overlay_cloud_cfg_keeps_final_message_and_user_modules() {
+        let files = overlay(&ids());
+        let cfg = &files
+            .iter()
+            .find(|f| f.path == "etc/cloud/cloud.cfg.d/90_nubo.cfg")
+            .unwrap()
+            .contents;
+
+        // final-message is nubo's readiness line; the rest is what users' cloud-config asks for.
+        for m in [
+            "final-message",
+            "runcmd",
+            "write-files",
+            "users-groups",
+            "ssh",
+            "mounts",
+            "growpart",
+            "package-update-upgrade-install",
+        ] {
+            assert!(cfg.contains(&format!("\n - {m}\n")), "{m} missing:\n{cfg}");
+        }
+        assert!(cfg.contains("ssh_genkeytypes: [ ed25519 ]\n"), "{cfg}");
+    }
+
+    #[test]
+    fn overlay_initramfs_lists_virtio_and_ext4() {
+        let files = overlay(&ids());
+        let get = |p: &str| &files.iter().find(|f| f.path == p).unwrap().contents;
+
+        assert_eq!(get("etc/initramfs-tools/conf.d/90-nubo.conf"), "MODULES=list\n");
+        let modules: Vec<&str> = get("etc/initramfs-tools/modules").lines().collect();
+        for m in ["virtio_pci", "virtio_mmio", "virtio_blk", "ext4"] {
+            assert!(modules.contains(&m), "{m} missing: {modules:?}");
+        }
     }
 
     #[test]

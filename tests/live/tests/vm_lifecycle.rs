@@ -1,5 +1,7 @@
 //! The VM lifecycle end to end through the `nubo` binary (issue 5, item 7): create with a
-//! hostname, a key and a user-data runcmd, readiness from cloud-init's own closing line, `vm ssh`,
+//! hostname, a key and a user-data (runcmd, write_files, and an `apt-get install` of a local .deb:
+//! the boot-speed trimmed image still does what a user asks of it; issue 25), readiness from
+//! cloud-init's own closing line, `vm ssh`,
 //! stop/start and a killed VMM keeping the instance, rm + create giving a new instance, killed
 //! and concurrent creates converging with nothing orphaned, bad input refused before anything
 //! is made, and direct-kernel boot on the microvm machine.
@@ -15,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use nubo_live::cli::{
     field, guest, inspect, ls_state, no_qemu, nubo, one_qemu, qemu_processes, run, vm_dirs, vms_empty, Cleanup, Out,
 };
@@ -125,10 +128,20 @@ struct Personal {
     pubkey: PathBuf,
     user_data: PathBuf,
     marker: String,
+    /// The text `write_files` puts at [`WRITTEN`].
+    written: String,
 }
 
+/// Where the user-data's `write_files` puts a file of the test's own.
+const WRITTEN: &str = "/var/tmp/nubo-written";
+/// The package the user-data installs with `apt-get install` from a local .deb (no network).
+const PROBE_PACKAGE: &str = "nubo-live-probe";
+
 /// A key pair of the test's own (ssh-keygen) and a user-data whose runcmd appends a marker to a
-/// file (per-instance: must hold one line however often the VM boots) and to the console.
+/// file (per-instance: must hold one line however often the VM boots) and to the console; whose
+/// `write_files` writes a file and a .deb built here; and whose runcmd installs that .deb with
+/// `apt-get install` (offline: a local file), as a user would a package: the trimmed image keeps
+/// cloud-init's modules and apt working.
 fn personal(tag: &str) -> Result<Personal, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
     let key = dir.path().join("id_test");
@@ -137,19 +150,50 @@ fn personal(tag: &str) -> Result<Personal, String> {
         .arg(&key);
     run(&mut kg, QUICK)?.require()?;
     let marker = format!("NUBO-RUNCMD-{tag}");
+    let written = format!("NUBO-WRITTEN-{tag}");
+    let deb = base64::engine::general_purpose::STANDARD.encode(probe_deb(dir.path(), &marker)?);
     let user_data = dir.path().join("user-data");
     fs::write(
         &user_data,
-        format!("#cloud-config\nruncmd:\n  - echo {marker} >> /var/tmp/nubo-runcmd\n  - echo {marker} > /dev/ttyS0\n"),
+        format!(
+            "#cloud-config\nwrite_files:\n  - path: {WRITTEN}\n    content: {written}\n  - path: /var/tmp/{PROBE_PACKAGE}.deb\n    encoding: b64\n    content: {deb}\nruncmd:\n  - echo {marker} >> /var/tmp/nubo-runcmd\n  - echo {marker} > /dev/ttyS0\n  - DEBIAN_FRONTEND=noninteractive apt-get install -y /var/tmp/{PROBE_PACKAGE}.deb > /var/tmp/nubo-apt.log 2>&1\n"
+        ),
     )
     .map_err(|e| format!("writing {}: {e}", user_data.display()))?;
     Ok(Personal {
+        written,
         pubkey: PathBuf::from(format!("{}.pub", key.display())),
         key,
         user_data,
         marker,
         _dir: dir,
     })
+}
+
+/// A package of the test's own, built with `dpkg-deb`: architecture `all`, no dependencies, one
+/// file holding `marker`. Returns the .deb's bytes.
+fn probe_deb(dir: &Path, marker: &str) -> Result<Vec<u8>, String> {
+    let tree = dir.join("deb");
+    let share = tree.join("usr/share").join(PROBE_PACKAGE);
+    fs::create_dir_all(tree.join("DEBIAN"))
+        .and_then(|()| fs::create_dir_all(&share))
+        .map_err(|e| format!("cannot make the probe package's tree in {}: {e}", tree.display()))?;
+    fs::write(
+        tree.join("DEBIAN/control"),
+        format!(
+            "Package: {PROBE_PACKAGE}\nVersion: 1.0\nArchitecture: all\nMaintainer: nubo live tests <nubo@localhost>\nDescription: probe installed by nubo's vm_lifecycle live test\n"
+        ),
+    )
+    .and_then(|()| fs::write(share.join("marker"), format!("{marker}\n")))
+    .map_err(|e| format!("cannot write the probe package's files in {}: {e}", tree.display()))?;
+    let deb = dir.join(format!("{PROBE_PACKAGE}.deb"));
+    let mut build = Command::new("dpkg-deb");
+    build
+        .args(["--root-owner-group", "-Zgzip", "--build"])
+        .arg(&tree)
+        .arg(&deb);
+    run(&mut build, QUICK)?.require()?;
+    fs::read(&deb).map_err(|e| format!("reading {}: {e}", deb.display()))
 }
 
 fn tag() -> String {
@@ -216,7 +260,7 @@ fn main_lifecycle() -> TestResult {
     let rec = inspect(&root, name)?;
     let uuid = field(&rec, "/uuid")?;
     one_qemu(&root, &uuid, "after create")?;
-    check_guest(&root, name, &hostname, &uuid, &p.marker, "first boot")?;
+    check_guest(&root, name, &hostname, &uuid, &p, "first boot")?;
     let log = nubo(&root, &["vm", "logs", name], QUICK)?.require()?;
     if !log.stdout.contains(&p.marker) {
         return Err(format!("runcmd marker {} not in `vm logs {name}`", p.marker));
@@ -298,7 +342,7 @@ fn main_lifecycle() -> TestResult {
     }
     println!("timing boot 2 (stop, start, wait): {:.1}s", t.elapsed().as_secs_f64());
     one_qemu(&root, &uuid, "after start")?;
-    check_guest(&root, name, &hostname, &uuid, &p.marker, "after stop/start")?;
+    check_guest(&root, name, &hostname, &uuid, &p, "after stop/start")?;
 
     // 3. kill -9 of QEMU: seen as stopped; start recovers.
     let pid_file = field(&inspect(&root, name)?, "/backend_state/pid_file")?;
@@ -325,7 +369,7 @@ fn main_lifecycle() -> TestResult {
     if ls_state(&root, name)? != "running" {
         return Err("after start following kill -9, `vm ls` does not say running".into());
     }
-    check_guest(&root, name, &hostname, &uuid, &p.marker, "after kill -9 and start")?;
+    check_guest(&root, name, &hostname, &uuid, &p, "after kill -9 and start")?;
 
     // 4. rm, then create with the same name: a new instance, cloud-init runs again.
     nubo(&root, &["vm", "rm", "--force", name], QUICK)?.require()?;
@@ -340,14 +384,15 @@ fn main_lifecycle() -> TestResult {
         return Err(format!("re-created VM kept the old uuid {uuid}"));
     }
     one_qemu(&root, &uuid2, "after re-create")?;
-    check_guest(&root, name, &hostname, &uuid2, &p.marker, "re-created")?;
+    check_guest(&root, name, &hostname, &uuid2, &p, "re-created")?;
     nubo(&root, &["vm", "rm", "--force", name], QUICK)?.require()?;
     no_qemu(&root, "at the end")?;
     vms_empty(&root, "at the end")
 }
 
 /// hostname, instance-id = uuid, runcmd ran exactly once for this instance, one instance dir.
-fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, marker: &str, when: &str) -> TestResult {
+fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, p: &Personal, when: &str) -> TestResult {
+    let (marker, written) = (p.marker.as_str(), p.written.as_str());
     let h = guest(root, name, "hostname")?;
     if h != hostname {
         return Err(format!("{when}: guest hostname {h:?}, expected {hostname:?}"));
@@ -364,13 +409,35 @@ fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, marker: 
             "{when}: /var/tmp/nubo-runcmd holds {lines:?}, expected the marker once (runcmd is per-instance)"
         ));
     }
+    let w = guest(root, name, &format!("cat {WRITTEN}"))?;
+    if w != written {
+        return Err(format!(
+            "{when}: write_files left {w:?} in {WRITTEN}, expected {written:?}"
+        ));
+    }
+    let installed = guest(
+        root,
+        name,
+        &format!("dpkg-query -W -f '${{Status}}' {PROBE_PACKAGE}; echo; cat /usr/share/{PROBE_PACKAGE}/marker"),
+    )
+    .map_err(|e| {
+        let log = guest(root, name, "cat /var/tmp/nubo-apt.log").unwrap_or_default();
+        format!("{when}: {PROBE_PACKAGE} is not installed: {e}\napt-get said:\n{log}")
+    })?;
+    if installed.lines().collect::<Vec<_>>() != ["install ok installed", marker] {
+        return Err(format!(
+            "{when}: `apt-get install` of the local .deb: dpkg says {installed:?}, expected installed with the marker {marker}"
+        ));
+    }
     let instances = guest(root, name, "ls /var/lib/cloud/instances")?;
     if instances.split_whitespace().collect::<Vec<_>>() != [uuid] {
         return Err(format!(
             "{when}: /var/lib/cloud/instances holds {instances:?}, expected only {uuid}"
         ));
     }
-    println!("  {when}: hostname {h}, instance-id {iid}, runcmd once, one instance");
+    println!(
+        "  {when}: hostname {h}, instance-id {iid}, runcmd once, write_files and apt-get install done, one instance"
+    );
     Ok(())
 }
 
