@@ -21,6 +21,8 @@ use crate::BackendError;
 /// The console the guest kernel must write to for readiness to see it (ttyS0 is the first
 /// 16550 UART on pc, q35 and microvm alike).
 pub const SERIAL_CONSOLE: &str = "console=ttyS0,115200";
+/// The CPU under TCG: everything QEMU can emulate, except nested virtualisation.
+pub const TCG_CPU: &str = "max,svm=off,vmx=off";
 
 /// microvm has a PIT but no HPET, no ACPI PM timer and no port 0x61. Under TCG the kernel's fast
 /// TSC calibration against the PIT fails whenever QEMU's vCPU thread is descheduled mid-measure
@@ -81,7 +83,9 @@ pub fn argv(
     push(&["-machine", &machine]);
     match opts.accel {
         Accel::Kvm => push(&["-accel", "kvm", "-cpu", "host"]),
-        Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", "max"]),
+        // svm and vmx off: with them a guest loads kvm_amd/kvm_intel at boot (nested
+        // virtualisation nobody can use at TCG speed), about a minute of guest time under load.
+        Accel::Tcg => push(&["-accel", "tcg,thread=multi", "-cpu", TCG_CPU]),
         Accel::Auto => {
             return Err(BackendError::InvalidSpec(
                 "accelerator must be resolved before rendering".into(),
@@ -313,7 +317,7 @@ mod tests {
 
         assert_eq!(
             got,
-            format!("{COMMON} -machine pc -accel tcg,thread=multi -cpu max {RUNTIME} {DEVICES_PCI}")
+            format!("{COMMON} -machine pc -accel tcg,thread=multi -cpu max,svm=off,vmx=off {RUNTIME} {DEVICES_PCI}")
         );
     }
 
