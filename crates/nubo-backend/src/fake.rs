@@ -1,6 +1,7 @@
 //! An in-memory backend for tests of the engine (feature `fake`): no processes, no files of
-//! its own (but the overlay `store_disk` makes, as libvirt would). It keeps each VM's state in memory, records every call, can be told to fail a
-//! boot, and advertises whatever capabilities a test gives it.
+//! its own but the overlay `store_disk` makes (as libvirt would). It keeps each VM's state in
+//! memory, records every call, can be told to fail a boot, and advertises whatever
+//! capabilities a test gives it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
