@@ -1,6 +1,7 @@
 //! An in-memory backend for tests of the engine (feature `fake`): no processes, no files of
-//! its own. It keeps each VM's state in memory, records every call, can be told to fail a
-//! boot, and advertises whatever capabilities a test gives it.
+//! its own but the overlay `store_disk` makes (as libvirt would). It keeps each VM's state in
+//! memory, records every call, can be told to fail a boot, and advertises whatever
+//! capabilities a test gives it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,12 +34,15 @@ pub struct FakeBackend {
     pub snapshots: Arc<Mutex<HashMap<String, Vec<BackendSnapshot>>>>,
     /// When set, the backend assigns VMs this UUID in `define` (as libvirt does) and keeps
     /// the seed itself (`store_seed`), recording its bytes here, and the OS disk
-    /// (`store_disk`, at `/pool/<name>.qcow2`), recording its size and base.
+    /// (`store_disk`: a real overlay at `<vm dir>/../../pool/<name>.qcow2`, as libvirt's storage
+    /// driver makes one), recording its size and base.
     pub assigns_uuid: Option<&'static str>,
     pub stored_seed: Arc<Mutex<Option<Vec<u8>>>>,
     pub stored_disk: Arc<Mutex<Option<(u64, std::path::PathBuf)>>>,
     /// What `launch_now` answers: `None` (nothing fresher), the XML, or an error's detail.
     pub launch_now: Arc<Mutex<Option<Result<String, String>>>>,
+    /// The disk of every machine handed to `boot` or `snapshot_restore`, in order.
+    pub handed: Arc<Mutex<Vec<crate::spec::Disk>>>,
 }
 
 impl FakeBackend {
@@ -61,6 +65,7 @@ impl FakeBackend {
             stored_seed: Arc::new(Mutex::new(None)),
             stored_disk: Arc::new(Mutex::new(None)),
             launch_now: Arc::new(Mutex::new(None)),
+            handed: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -158,7 +163,23 @@ impl Backend for FakeBackend {
         }
         self.note("store_disk", &spec.name);
         *self.stored_disk.lock().expect("not poisoned") = Some((size, spec.disk.base.clone()));
-        Ok(Some(format!("/pool/{}.qcow2", spec.name).into()))
+        // A real overlay, as libvirt's storage driver makes it: every boot inspects it.
+        let pool = spec
+            .vm_dir
+            .parent()
+            .and_then(std::path::Path::parent)
+            .unwrap_or(&spec.vm_dir)
+            .join("pool");
+        std::fs::create_dir_all(&pool).map_err(BackendError::io("creating the fake pool"))?;
+        let path = pool.join(format!("{}.qcow2", spec.name));
+        let format = spec
+            .disk
+            .base_format
+            .parse()
+            .map_err(|e| BackendError::InvalidSpec(format!("{e}")))?;
+        nubo_disk::create_overlay(&spec.disk.base, format, &path, Some(size))
+            .map_err(|e| BackendError::InvalidSpec(e.to_string()))?;
+        Ok(Some(path))
     }
 
     fn store_seed(
@@ -215,6 +236,7 @@ impl Backend for FakeBackend {
     }
     fn boot(&self, spec: &MachineSpec, state: &mut serde_json::Value) -> Result<BootInfo, BackendError> {
         self.note("boot", &spec.name);
+        self.handed.lock().expect("not poisoned").push(spec.disk.clone());
         if let Some(detail) = self.fail_boot.lock().expect("not poisoned").clone() {
             return Err(BackendError::Remote {
                 what: format!("fake refused to start VM `{}`", spec.name),
@@ -313,6 +335,7 @@ impl Backend for FakeBackend {
         name: &str,
     ) -> Result<Restored, BackendError> {
         self.note("snapshot-restore", &format!("{} {name}", spec.name));
+        self.handed.lock().expect("not poisoned").push(spec.disk.clone());
         let snap = self
             .table(&spec.uuid)
             .into_iter()

@@ -10,6 +10,7 @@
 //!
 //! Each backend is split into `render` (pure) and `driver` (processes, sockets).
 
+pub mod chain;
 pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;

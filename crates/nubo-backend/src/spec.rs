@@ -77,12 +77,23 @@ pub enum Boot {
 /// The VM's disk: a writable qcow2 overlay over a read-only base whose format was proven by
 /// nubo's inspector. Backends spell the whole chain out with explicit formats, so the VMM
 /// never probes a format or follows a backing file nubo did not name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Disk {
     pub overlay: PathBuf,
     pub base: PathBuf,
     /// The base's QEMU block driver (`qcow2`, `raw`, `vmdk`).
     pub base_format: String,
+    /// The base's virtual size when the VM was created: a base of another size was replaced.
+    /// Absent in records made before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_size: Option<u64>,
+    /// Set only on the machine the engine hands a backend for one boot, once
+    /// `nubo_disk::verify_vm_chain` proved the chain just now (the overlay's one backing file
+    /// is the base, which is self-contained); never recorded. A backend whose VMM follows the
+    /// overlay's backing file itself (Cloud Hypervisor's `backing_files`) turns that on only
+    /// when this is set.
+    #[serde(skip)]
+    pub chain_inspected: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,11 +7,9 @@ use std::path::{Path, PathBuf};
 
 use nubo_core::ByteSize;
 
+use crate::chain::check_base;
 use crate::error::DiskError;
-use crate::inspect::inspect_as;
-use crate::inspector::Usage;
 use crate::layout::{layout, BackingRef, Layout};
-use crate::qcow2::CryptMethod;
 use crate::Format;
 
 /// Creates `out`, an empty qcow2 v3 overlay over `base` (opened as `base_format`, which must be
@@ -53,6 +51,7 @@ pub struct OverlayBase {
     path: PathBuf,
     format: Format,
     size: u64,
+    base_size: u64,
 }
 
 impl OverlayBase {
@@ -64,6 +63,12 @@ impl OverlayBase {
     /// The overlay's virtual size: the one asked for, or the base's rounded up to sectors.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// The base's own virtual size, as inspected: what a VM records so that every later boot can
+    /// tell a replaced base ([`crate::verify_vm_chain`]).
+    pub fn base_size(&self) -> u64 {
+        self.base_size
     }
 
     /// Creates `out`, the overlay, without the fsyncs of the file and its directory: for a
@@ -92,20 +97,12 @@ impl OverlayBase {
 /// The checks [`create_overlay`] makes of `base` before writing, once, for a caller that then
 /// makes the overlay itself ([`OverlayBase::create_unsynced`]) or has another program make it
 /// (libvirt's storage driver): the base, resolved, must pass the untrusted inspector as
-/// `base_format`, be usable as a base and not be encrypted. The overlay's virtual size is
+/// `base_format`, be usable as a base and not be encrypted (the check every later boot makes
+/// again, [`crate::verify_vm_chain`]). The overlay's virtual size is
 /// `virtual_size`, which may only grow the base's, or the base's own rounded up to whole sectors.
 pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>) -> Result<OverlayBase, DiskError> {
     let base_abs = fs::canonicalize(base).map_err(|e| DiskError::io("resolve", base, e))?;
-    let info = inspect_as(&base_abs, base_format)?;
-    if info.usage != Usage::Base {
-        return Err(DiskError::NotBase {
-            path: base_abs,
-            format: info.format,
-        });
-    }
-    if info.qcow2.as_ref().is_some_and(|h| h.crypt_method != CryptMethod::None) {
-        return Err(DiskError::Encrypted { path: base_abs });
-    }
+    let info = check_base(&base_abs, base_format)?;
     let size = match virtual_size {
         None => info.virtual_size.next_multiple_of(512),
         Some(s) if s < info.virtual_size => {
@@ -121,6 +118,7 @@ pub fn overlay_base(base: &Path, base_format: Format, virtual_size: Option<u64>)
         path: base_abs,
         format: base_format,
         size,
+        base_size: info.virtual_size,
     })
 }
 

@@ -113,6 +113,11 @@ pub enum DiskError {
     TooLarge(ByteSize),
     #[error("base path `{0}` is longer than the 1023 bytes qcow2 allows for a backing file name: move the base")]
     BackingPathTooLong(PathBuf),
+    /// A VM's overlay no longer names the base nubo made it over (see [`crate::verify_vm_chain`]).
+    #[error("overlay `{overlay}` is not the one nubo made: {why}")]
+    ChainChanged { overlay: PathBuf, why: String },
+    #[error("base image `{path}` is {found} bytes, and it was {recorded} bytes when the VM was made: it was replaced")]
+    BaseResized { path: PathBuf, recorded: u64, found: u64 },
 }
 
 impl DiskError {
@@ -133,6 +138,7 @@ impl DiskError {
             | DiskError::TooLarge(_)
             | DiskError::BackingPathTooLong(_)
             | DiskError::NonUtf8Path(_) => ErrorKind::InvalidInput,
+            DiskError::ChainChanged { .. } | DiskError::BaseResized { .. } => ErrorKind::Integrity,
         }
     }
 

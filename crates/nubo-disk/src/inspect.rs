@@ -152,7 +152,7 @@ pub(crate) fn open_image(path: &Path) -> Result<FileSource, DiskError> {
 }
 
 /// One image, without its chain, its (device, inode) for loop detection, and the open file.
-fn inspect_one(path: &Path, policy: Policy) -> Result<(DiskInfo, (u64, u64), FileSource), DiskError> {
+pub(crate) fn inspect_one(path: &Path, policy: Policy) -> Result<(DiskInfo, (u64, u64), FileSource), DiskError> {
     let src = open_image(path)?;
     let meta = src.file().metadata().map_err(|e| DiskError::io("stat", path, e))?;
     let found = inspector::inspect_with(&src, policy).map_err(|e| match e {

@@ -6,6 +6,7 @@
 //! a base.
 
 mod bytes;
+mod chain;
 mod create;
 pub mod error;
 pub mod foreign;
@@ -17,6 +18,7 @@ pub mod qcow2;
 pub mod snapshots;
 pub mod source;
 
+pub use chain::{verify_vm_chain, ExpectedBase, VerifiedChain};
 pub use create::{create_overlay, create_qcow2, overlay_base, OverlayBase};
 pub use error::{DiskError, HeaderError};
 pub use format::{sniff, Format, UnknownFormat, SNIFF_LEN};

@@ -36,6 +36,13 @@ pub enum EngineError {
     SnapshotExists { vm: String, snapshot: String },
     #[error("snapshot `{snapshot}` of vm `{vm}` cannot be restored: {why}")]
     SnapshotRefused { vm: String, snapshot: String, why: String },
+    /// The disk chain is no longer the one nubo made (see `chain.rs`); nothing was started.
+    #[error("vm `{name}`: its disk chain is no longer the one nubo made, so nothing was started: {detail}; put back the base image `{}` the VM was made from, or remove the VM (`nubo vm rm {name}`) and create it again from a disk you trust", base.display())]
+    DiskChain {
+        name: String,
+        base: PathBuf,
+        detail: String,
+    },
     #[error("{what} is not possible here: {fix}")]
     Unavailable { what: String, fix: String },
     #[error("pulling {what}")]
@@ -72,7 +79,9 @@ impl EngineError {
             EngineError::SnapshotExists { .. } => ErrorKind::AlreadyExists,
             EngineError::SnapshotRefused { .. } => ErrorKind::InvalidState,
             EngineError::Io { .. } => ErrorKind::Io,
-            EngineError::Corrupt { .. } | EngineError::CorruptSettings { .. } => ErrorKind::Integrity,
+            EngineError::Corrupt { .. } | EngineError::CorruptSettings { .. } | EngineError::DiskChain { .. } => {
+                ErrorKind::Integrity
+            }
             EngineError::Unavailable { .. } => ErrorKind::Unavailable,
             EngineError::Pull { .. } => ErrorKind::Remote,
             EngineError::Image(e) => e.kind(),

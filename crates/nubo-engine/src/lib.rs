@@ -4,6 +4,7 @@
 //! readiness from the guest's own console.
 
 pub mod apply;
+mod chain;
 pub mod create;
 pub mod error;
 pub mod host;

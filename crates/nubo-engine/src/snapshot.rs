@@ -313,6 +313,7 @@ impl Engine {
         };
         let state = backend.state(&rec.vm_ref(&dir))?;
         let with_memory = state.is_active();
+        let machine = self.machine_in(&rec, state)?;
         events(Event::Step(format!(
             "taking snapshot `{name}` of vm `{vm}` ({})",
             if with_memory {
@@ -334,7 +335,7 @@ impl Engine {
             frozen_ms: None,
         });
         record::save(&dir, &rec)?;
-        let taken = match backend.snapshot_create(&rec.vm_ref(&dir), &rec.machine, &name) {
+        let taken = match backend.snapshot_create(&rec.vm_ref(&dir), &machine, &name) {
             Ok(t) => t,
             Err(e) => {
                 // Forget the entry unless the backend holds something under the name after all
@@ -460,8 +461,10 @@ impl Engine {
             )));
         }
         events(Event::Step(format!("restoring vm `{vm}` to snapshot `{name}`")));
+        // A stopped VM's restore rewrites its disk and may start a VMM over it (issue 21).
+        let machine = self.machine_in(&rec, backend.state(&rec.vm_ref(&dir))?)?;
         let mut state = rec.backend_state.clone();
-        let restored = backend.snapshot_restore(&rec.machine, &mut state, name)?;
+        let restored = backend.snapshot_restore(&machine, &mut state, name)?;
         rec.backend_state = state;
         if let Restored::Started(info) = &restored {
             rec.launch = Some(info.launch.clone());

@@ -121,7 +121,10 @@ fn create_backend_stored_disk_is_the_vms_disk_at_the_bases_size() {
 
     let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
 
-    assert_eq!(c.record.machine.disk.overlay, PathBuf::from("/pool/web.qcow2"));
+    assert_eq!(
+        c.record.machine.disk.overlay,
+        t.engine.roots.root.join("pool/web.qcow2")
+    );
     assert_eq!(*t.fake.stored_disk.lock().unwrap(), Some((64 << 20, t.disk.clone())));
 }
 

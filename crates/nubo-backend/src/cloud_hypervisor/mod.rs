@@ -542,6 +542,7 @@ impl Backend for CloudHypervisorBackend {
                 name: spec.name.clone(),
             });
         }
+        let spec = &inspected(spec, &spec.disk.overlay)?;
         let config = render::vm_config(spec, &st, st.firmware.as_deref())?;
         rotate_console(&st.console_log)
             .map_err(io(format!("rotating the console log {}", st.console_log.display())))?;
@@ -864,6 +865,9 @@ impl Backend for CloudHypervisorBackend {
                 spec.name
             )));
         }
+        // The copy that replaces the overlay, and the base under it, are proven before either
+        // reaches Cloud Hypervisor (the snapshot's config turns `backing_files` on).
+        inspected(spec, &disk)?;
         let has_memory = read_meta(&dir).is_some_and(|m| m.has_memory);
         let was_running = live_pid(&st.pid_file, &spec.uuid).is_some();
         // The VM's present state is discarded: the snapshot replaces memory and disk.
@@ -1036,6 +1040,22 @@ fn host_checks(b: &CloudHypervisorBackend) -> Vec<HostCheck> {
     out
 }
 
+/// `spec` with its disk chain proven just now, `overlay` standing for the VM's overlay: Cloud
+/// Hypervisor opens the overlay's backing file itself (and what that names in turn), so it
+/// never gets a chain nubo has not inspected, whatever the engine checked before (issue 21).
+fn inspected(spec: &MachineSpec, overlay: &Path) -> Result<MachineSpec, BackendError> {
+    let chain = crate::chain::verify(&spec.disk, overlay).map_err(|e| {
+        BackendError::InvalidSpec(format!(
+            "vm `{}` was not started: {e}: Cloud Hypervisor only gets a disk chain nubo has just inspected",
+            spec.name
+        ))
+    })?;
+    Ok(MachineSpec {
+        disk: crate::chain::inspected(&spec.disk, &chain),
+        ..spec.clone()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -1064,6 +1084,7 @@ mod tests {
                 overlay: dir.join("vms/micro/disk.qcow2"),
                 base: dir.join("base.raw"),
                 base_format: "raw".into(),
+                ..Default::default()
             },
             seed: None,
             boot,
@@ -1280,8 +1301,7 @@ mod tests {
     fn snapshot_of_stopped_vm_is_disk_only_and_restores() {
         let d = tempfile::tempdir().unwrap();
         let s = spec(d.path(), kernel_file(d.path(), b"\x7fELF\x02"), NetworkMode::None);
-        fs::create_dir_all(&s.vm_dir).unwrap();
-        fs::write(&s.disk.overlay, b"before").unwrap();
+        let before = chain(&s, None);
         let mut v = ChState::layout(&s).to_value();
         let b = backend(d.path());
         let vm = VmRef {
@@ -1292,13 +1312,67 @@ mod tests {
         };
 
         let taken = b.snapshot_create(&vm, &s, "s1").unwrap();
-        fs::write(&s.disk.overlay, b"after").unwrap();
+        fs::remove_file(&s.disk.overlay).unwrap();
+        chain(&s, Some(8192));
         let listed = b.snapshot_list(&vm, &s).unwrap();
         let restored = b.snapshot_restore(&s, &mut v, "s1").unwrap();
 
         assert!(!taken.snapshot.has_memory && taken.frozen.is_none());
         assert_eq!(listed.len(), 1);
         assert_eq!(restored, Restored::DiskOnly);
-        assert_eq!(fs::read(&s.disk.overlay).unwrap(), b"before");
+        assert_eq!(fs::read(&s.disk.overlay).unwrap(), before);
+    }
+
+    /// The VM's chain as create makes it: a 4 KiB raw base and the overlay (of `size`) over
+    /// it; the overlay's bytes.
+    fn chain(s: &MachineSpec, size: Option<u64>) -> Vec<u8> {
+        fs::create_dir_all(&s.vm_dir).unwrap();
+        if !s.disk.base.exists() {
+            fs::write(&s.disk.base, vec![1u8; 4096]).unwrap();
+        }
+        nubo_disk::create_overlay(&s.disk.base, nubo_disk::Format::Raw, &s.disk.overlay, size).unwrap();
+        fs::read(&s.disk.overlay).unwrap()
+    }
+
+    /// Regression (issue 21): a restore handed Cloud Hypervisor whatever chain the snapshot's
+    /// copy and the base were by then. A base replaced by a qcow2 naming a host file is refused
+    /// before the overlay is touched.
+    #[test]
+    fn snapshot_restore_over_replaced_base_is_refused_leaving_overlay() {
+        let d = tempfile::tempdir().unwrap();
+        let s = spec(d.path(), kernel_file(d.path(), b"\x7fELF\x02"), NetworkMode::None);
+        chain(&s, None);
+        let mut v = ChState::layout(&s).to_value();
+        let b = backend(d.path());
+        let vm = VmRef {
+            name: "micro",
+            uuid: &s.uuid,
+            vm_dir: &s.vm_dir,
+            state: &v.clone(),
+        };
+        b.snapshot_create(&vm, &s, "s1").unwrap();
+        fs::write(&s.disk.overlay, b"now").unwrap();
+        let host_file = d.path().join("host-secret");
+        fs::write(&host_file, b"secret").unwrap();
+        let evil = d.path().join("evil.qcow2");
+        let layout = nubo_disk::layout::layout(
+            1 << 20,
+            Some(nubo_disk::layout::BackingRef {
+                name: host_file.to_str().unwrap(),
+                driver: "raw",
+            }),
+        )
+        .unwrap();
+        let mut bytes = vec![0u8; layout.len as usize];
+        for (at, data) in &layout.writes {
+            bytes[*at as usize..*at as usize + data.len()].copy_from_slice(data);
+        }
+        fs::write(&evil, bytes).unwrap();
+        fs::rename(&evil, &s.disk.base).unwrap();
+
+        let err = b.snapshot_restore(&s, &mut v, "s1").unwrap_err().to_string();
+
+        assert!(err.contains("base.raw") && err.contains("host-secret"), "{err}");
+        assert_eq!(fs::read(&s.disk.overlay).unwrap(), b"now");
     }
 }

@@ -6,7 +6,10 @@
 //! Choices that matter to guests:
 //! - The overlay is a qcow2 virtio disk with `backing_files` on: Cloud Hypervisor opens the
 //!   base named in the overlay's header, which nubo wrote itself with the base's proven
-//!   format (raw or qcow2; `check` refuses others). The seed is a second, read-only raw
+//!   format (raw or qcow2; `check` refuses others). On only when the chain was proven just
+//!   before this boot (`Disk::chain_inspected`, issue 21): the overlay's one backing file is
+//!   the recorded base, which names no file of its own. Off, Cloud Hypervisor opens no file
+//!   but the overlay. The seed is a second, read-only raw
 //!   virtio disk: Cloud Hypervisor has no CD-ROM, and cloud-init finds a NoCloud seed by its
 //!   label on any block device.
 //! - The serial port goes to a file Cloud Hypervisor writes itself, whether or not anyone is
@@ -69,7 +72,7 @@ pub fn vm_config(spec: &MachineSpec, st: &ChState, firmware: Option<&Path>) -> R
         "id": "disk0",
         "path": spec.disk.overlay,
         "image_type": "Qcow2",
-        "backing_files": true,
+        "backing_files": spec.disk.chain_inspected,
     })];
     if let Some(seed) = &spec.seed {
         disks.push(json!({
@@ -185,6 +188,8 @@ mod tests {
                 overlay: "/var/lib/nubo/vms/micro/disk.qcow2".into(),
                 base: "/var/lib/nubo/images/blobs/ab.qcow2".into(),
                 base_format: "qcow2".into(),
+                chain_inspected: true,
+                ..Default::default()
             },
             seed: Some(SeedDevice {
                 path: "/var/lib/nubo/vms/micro/seed.img".into(),
@@ -231,6 +236,18 @@ mod tests {
             "platform": {"uuid": "5e1b9f7c-1d2e-4f00-8a9b-0123456789ab"},
         });
         assert_eq!(v, want);
+    }
+
+    /// Regression (issue 21): Cloud Hypervisor followed whatever backing file the overlay named.
+    #[test]
+    fn vm_config_uninspected_chain_keeps_backing_files_off() {
+        let mut s = spec(kernel(), NetworkMode::None);
+        s.disk.chain_inspected = false;
+        let st = ChState::layout(&s);
+
+        let v = vm_config(&s, &st, None).unwrap();
+
+        assert_eq!(v["disks"][0]["backing_files"], false);
     }
 
     #[test]

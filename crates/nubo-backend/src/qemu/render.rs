@@ -154,19 +154,25 @@ pub fn argv(
 
     // The whole chain is spelled out with explicit drivers: QEMU probes no format and opens
     // no backing file but the base nubo names (the overlay's own backing-file header is
-    // overridden by `backing`).
+    // overridden by `backing`), and the base's own chain ends at the base: `"backing": null`,
+    // so a base replaced by one with a backing file (issue 21) cannot make QEMU open that file
+    // even if it were swapped after nubo's inspection. The raw driver has no `backing` option.
+    let mut base = json!({
+        "driver": spec.disk.base_format,
+        "node-name": "base0",
+        "read-only": true,
+        "file": {"driver": "file", "filename": spec.disk.base, "read-only": true},
+    });
+    if spec.disk.base_format != "raw" {
+        base["backing"] = serde_json::Value::Null;
+    }
     let disk = json!({
         "driver": "qcow2",
         "node-name": "disk0",
         "discard": "unmap",
         "detect-zeroes": "unmap",
         "file": {"driver": "file", "filename": spec.disk.overlay, "discard": "unmap"},
-        "backing": {
-            "driver": spec.disk.base_format,
-            "node-name": "base0",
-            "read-only": true,
-            "file": {"driver": "file", "filename": spec.disk.base, "read-only": true},
-        },
+        "backing": base,
     });
     // With -kernel, QEMU's linuxboot option ROM takes boot index 0 itself.
     let bootindex = if matches!(spec.boot, Boot::Kernel { .. }) {
@@ -272,6 +278,7 @@ mod tests {
                 overlay: "/var/lib/nubo/vms/web/disk.qcow2".into(),
                 base: "/var/lib/nubo/images/blobs/sha256/ab".into(),
                 base_format: "qcow2".into(),
+                ..Default::default()
             },
             seed: Some(SeedDevice {
                 path: "/var/lib/nubo/vms/web/seed.img".into(),
@@ -305,7 +312,7 @@ mod tests {
 -chardev socket,id=serial0,path=/run/nubo/vms/web/serial.sock,server=on,wait=off,logfile=/var/lib/nubo/vms/web/console.log,logappend=on -serial chardev:serial0 \
 -chardev socket,id=qmp0,path=/run/nubo/vms/web/qmp.sock,server=on,wait=off -mon chardev=qmp0,mode=control \
 -pidfile /run/nubo/vms/web/vmm.pid -daemonize";
-    const DEVICES_PCI: &str = r#"-blockdev {"backing":{"driver":"qcow2","file":{"driver":"file","filename":"/var/lib/nubo/images/blobs/sha256/ab","read-only":true},"node-name":"base0","read-only":true},"detect-zeroes":"unmap","discard":"unmap","driver":"qcow2","file":{"discard":"unmap","driver":"file","filename":"/var/lib/nubo/vms/web/disk.qcow2"},"node-name":"disk0"} -device virtio-blk-pci,drive=disk0,bootindex=0 -blockdev {"driver":"raw","file":{"driver":"file","filename":"/var/lib/nubo/vms/web/seed.img","read-only":true},"node-name":"seed0","read-only":true} -device virtio-blk-pci,drive=seed0 -netdev user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22 -device virtio-net-pci,netdev=net0,mac=52:54:00:0b:9f:1c -device virtio-rng-pci"#;
+    const DEVICES_PCI: &str = r#"-blockdev {"backing":{"backing":null,"driver":"qcow2","file":{"driver":"file","filename":"/var/lib/nubo/images/blobs/sha256/ab","read-only":true},"node-name":"base0","read-only":true},"detect-zeroes":"unmap","discard":"unmap","driver":"qcow2","file":{"discard":"unmap","driver":"file","filename":"/var/lib/nubo/vms/web/disk.qcow2"},"node-name":"disk0"} -device virtio-blk-pci,drive=disk0,bootindex=0 -blockdev {"driver":"raw","file":{"driver":"file","filename":"/var/lib/nubo/vms/web/seed.img","read-only":true},"node-name":"seed0","read-only":true} -device virtio-blk-pci,drive=seed0 -netdev user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22 -device virtio-net-pci,netdev=net0,mac=52:54:00:0b:9f:1c -device virtio-rng-pci"#;
 
     fn joined(s: &MachineSpec, o: QemuOptions) -> String {
         argv("qemu-system-x86_64", s, &state(s), o, None).unwrap().join(" ")
@@ -406,6 +413,45 @@ mod tests {
 
         assert!(!got.contains("seed0") && !got.contains("netdev"), "{got}");
         assert!(got.contains("-nic none"), "{got}");
+    }
+
+    /// The base0 node of the OS disk's `-blockdev`, as JSON.
+    fn base_node(s: &MachineSpec) -> serde_json::Value {
+        let argv = argv("qemu-system-x86_64", s, &state(s), opts(Machine::Pc, Accel::Tcg), None).unwrap();
+        let disk = argv
+            .iter()
+            .find(|a| a.contains("\"disk0\""))
+            .expect("the OS disk's -blockdev");
+        serde_json::from_str::<serde_json::Value>(disk).unwrap()["backing"].clone()
+    }
+
+    /// Regression (issue 21): a base replaced by a qcow2 with a backing file made QEMU resolve
+    /// that chain itself (`base0` opened /etc/shadow). Every base that can have a backing file
+    /// ends its chain with `"backing": null`.
+    #[test]
+    fn argv_base_chain_ends_at_base_for_every_cow_format() {
+        let mut s = spec(BIOS);
+        for format in ["qcow2", "vmdk"] {
+            s.disk.base_format = format.into();
+
+            let base = base_node(&s);
+
+            assert_eq!(base.get("backing"), Some(&serde_json::Value::Null), "{format}: {base}");
+            assert_eq!(base["driver"], format);
+        }
+    }
+
+    #[test]
+    fn argv_raw_base_has_no_backing_key() {
+        let mut s = spec(BIOS);
+        s.disk.base_format = "raw".into();
+
+        let base = base_node(&s);
+
+        assert_eq!(
+            (base.get("backing"), &base["driver"]),
+            (None, &serde_json::json!("raw"))
+        );
     }
 
     #[test]

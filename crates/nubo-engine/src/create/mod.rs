@@ -223,6 +223,9 @@ impl Engine {
                 overlay: vm_dir.join("disk.qcow2"),
                 base: plan.base.path.clone(),
                 base_format: plan.base.format.qemu_driver().to_owned(),
+                // Set once the overlay is made over the inspected base (`make`).
+                base_size: None,
+                chain_inspected: false,
             },
             seed,
             boot: plan.boot.clone(),
@@ -423,6 +426,8 @@ impl Engine {
         // overlay in the VM's directory, made durable by the one syncfs after the VMM starts,
         // like the record and the seed.
         let base = nubo_disk::overlay_base(&plan.base.path, plan.base.format, plan.disk_size)?;
+        // Every later boot checks the base still has this size (issue 21).
+        rec.machine.disk.base_size = Some(base.base_size());
         match undo.backend.store_disk(&rec.machine, &rec.backend_state, base.size())? {
             Some(path) => {
                 events(Event::Step(format!(
@@ -510,14 +515,16 @@ fn write_seed(
 }
 
 impl Engine {
-    /// Boots `rec` (lock held) and notes what the backend reports in `rec`; the caller saves it.
+    /// Boots `rec` (lock held) over its disk chain, inspected again just now, and notes what the
+    /// backend reports in `rec`; the caller saves it.
     pub(crate) fn boot_locked(
         &self,
         rec: &mut VmRecord,
         backend: &dyn Backend,
         events: &mut dyn FnMut(Event),
     ) -> Result<(), EngineError> {
-        let info = backend.boot(&rec.machine, &mut rec.backend_state)?;
+        let machine = self.inspected_machine(rec)?;
+        let info = backend.boot(&machine, &mut rec.backend_state)?;
         for n in &info.notes {
             events(Event::Step(n.clone()));
         }

@@ -237,6 +237,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
                 overlay: m.disk,
                 base,
                 base_format,
+                ..Disk::default()
             },
             seed: m.seed,
             boot,

@@ -15,6 +15,7 @@ fn spec(boot: Boot) -> MachineSpec {
             overlay: "/var/lib/nubo/libvirt-pool/web.qcow2".into(),
             base: "/var/lib/nubo/images/blobs/abc.qcow2".into(),
             base_format: "qcow2".into(),
+            ..Default::default()
         },
         seed: None,
         boot,
@@ -238,6 +239,42 @@ fn domain_disk_source_is_the_specs_overlay() {
     let xml = domain(&s, &params(Machine::Pc, net(), true));
 
     assert!(xml.contains("<source file='/srv/pools/fast/web.qcow2'/>"), "{xml}");
+}
+
+fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    n.children().find(|c| c.has_tag_name(tag))
+}
+
+fn source<'a>(n: roxmltree::Node<'a, '_>) -> Option<&'a str> {
+    child(n, "source").and_then(|c| c.attribute("file"))
+}
+
+/// Regression (issue 21): the domain's OS disk spells the whole chain out and ends it at the
+/// base with an empty `<backingStore/>`, so neither libvirt nor QEMU follows a backing file a
+/// replaced base names. Read with an XML parser, for every base format.
+#[test]
+fn domain_disk_chain_is_explicit_and_ends_at_base() {
+    let mut s = spec(bios());
+    for format in ["qcow2", "raw", "vmdk"] {
+        s.disk.base_format = format.into();
+
+        let xml = domain(&s, &params(Machine::Pc, net(), true));
+
+        let doc = roxmltree::Document::parse(&xml).unwrap();
+        let disk = doc
+            .descendants()
+            .find(|n| n.has_tag_name("disk") && n.attribute("device") == Some("disk"))
+            .unwrap();
+        let top = child(disk, "backingStore").unwrap();
+        let end = child(top, "backingStore").unwrap();
+        assert_eq!(source(disk), Some("/var/lib/nubo/libvirt-pool/web.qcow2"));
+        assert_eq!(
+            (top.attribute("type"), source(top)),
+            (Some("file"), Some("/var/lib/nubo/images/blobs/abc.qcow2"))
+        );
+        assert_eq!(child(top, "format").and_then(|f| f.attribute("type")), Some(format));
+        assert_eq!((end.has_children(), end.attributes().len()), (false, 0), "{xml}");
+    }
 }
 
 #[test]
