@@ -85,6 +85,7 @@ impl Limits {
 #[derive(Debug)]
 pub struct TooSlow {
     pub bytes: u64,
+    pub secs: u64,
     pub limits: Limits,
 }
 
@@ -94,7 +95,7 @@ impl std::fmt::Display for TooSlow {
             f,
             "{} bytes in {} s, slower than {} bytes/s (--speed-limit) over {} s (--speed-time)",
             self.bytes,
-            self.limits.speed_time.as_secs(),
+            self.secs,
             self.limits.speed_limit,
             self.limits.speed_time.as_secs()
         )
@@ -140,6 +141,7 @@ impl<R: Read> Read for RateGuard<R> {
                     io::ErrorKind::TimedOut,
                     TooSlow {
                         bytes: self.window_bytes,
+                        secs: elapsed.as_secs(),
                         limits: self.limits,
                     },
                 ));
@@ -418,6 +420,49 @@ pub fn get_text(agent: &ureq::Agent, url: &str, allow_http: bool) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Yields one byte per read, `pause` apart.
+    struct Drip(std::time::Duration);
+
+    impl Read for Drip {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(self.0);
+            buf[0] = b'x';
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn rate_guard_drip_below_limit_fails_too_slow() {
+        let limits = Limits {
+            timeout: Duration::from_secs(1),
+            speed_limit: 100,
+            speed_time: Duration::from_secs(1),
+        };
+        let mut r = RateGuard::new(Drip(Duration::from_millis(100)), limits);
+        let mut buf = [0u8; 16];
+
+        let err = (0..30).find_map(|_| r.read(&mut buf).err()).unwrap();
+
+        let slow = too_slow(&err).unwrap();
+        assert!(slow.bytes < 100 && err.to_string().contains("--speed-limit"), "{err}");
+    }
+
+    #[test]
+    fn rate_guard_fast_reader_passes() {
+        let limits = Limits {
+            timeout: Duration::from_secs(1),
+            speed_limit: 1,
+            speed_time: Duration::from_secs(1),
+        };
+        let data = vec![1u8; 1 << 20];
+        let mut r = RateGuard::new(&data[..], limits);
+
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).unwrap();
+
+        assert_eq!(out.len(), 1 << 20);
+    }
 
     #[test]
     fn check_scheme_http_refused_by_default() {

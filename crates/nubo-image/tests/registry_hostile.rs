@@ -522,6 +522,7 @@ fn zstd_layer_of_zero_runs_is_stored_sparse() {
         ],
     );
     let size = disk.len() as u64;
+    let disk_digest = support::sha256(&disk);
     drop(disk);
     let fake = Fake::start(move |r| {
         if r.path.contains("/manifests/") {
@@ -539,6 +540,11 @@ fn zstd_layer_of_zero_runs_is_stored_sparse() {
         meta.blocks() * 512 < 16 << 20,
         "{} bytes allocated",
         meta.blocks() * 512
+    );
+    // The bytes on disk, holes read back as zeros, are the disk's (not only the stream hashed).
+    assert_eq!(
+        support::sha256(&std::fs::read(&added.record.path).unwrap()),
+        disk_digest
     );
 }
 
