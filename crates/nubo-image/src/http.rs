@@ -335,7 +335,7 @@ pub fn send_with(
 }
 
 /// `scheme://host:port` of a URL, lowercased, for "same origin" checks.
-fn origin(url: &str) -> String {
+pub(crate) fn origin(url: &str) -> String {
     let scheme = url.split_once("://").map_or("https", |(s, _)| s).to_ascii_lowercase();
     format!("{scheme}://{}", host_port(url).to_ascii_lowercase())
 }
@@ -462,6 +462,16 @@ mod tests {
         r.read_to_end(&mut out).unwrap();
 
         assert_eq!(out.len(), 1 << 20);
+    }
+
+    #[test]
+    fn origin_other_port_with_same_prefix_differs() {
+        assert_ne!(origin("https://reg:50001/v2/x"), origin("https://reg:5000/v2/"));
+    }
+
+    #[test]
+    fn origin_default_port_spelled_out_is_same() {
+        assert_eq!(origin("https://REG:443/v2/x"), origin("https://reg"));
     }
 
     #[test]

@@ -96,10 +96,11 @@ impl Client {
         })
     }
 
-    /// Whether `url` is on the registry's own origin (`https://reg:5000/...`, not
-    /// `https://reg:50001/...`, which a bare prefix test would accept).
+    /// Whether `url` is on the registry's own origin: scheme, host and port (`https://reg/`
+    /// is `https://reg:443/`; `https://reg:50001/` is not `https://reg:5000/`, which a bare
+    /// prefix test accepted).
     fn on_origin(&self, url: &str) -> bool {
-        url.strip_prefix(&self.base).is_some_and(|rest| rest.starts_with('/'))
+        http::origin(url) == http::origin(&self.base)
     }
 
     fn url(&self, path: &str) -> String {
