@@ -40,6 +40,8 @@ pub struct Fetch<'a> {
     /// The size the bytes must have (an OCI descriptor's): more is refused as it arrives, so a
     /// lying server cannot fill the disk.
     pub expected_size: Option<u64>,
+    /// The deadline for the response and the slowest the body may arrive.
+    pub limits: http::Limits,
 }
 
 /// What a transfer reports as it goes: a download here, an upload in an OCI push. A pull
@@ -176,6 +178,8 @@ fn request_failed(f: &Fetch<'_>, e: SendError, offset: u64) -> Stop {
         SendError::Transport(e) => e,
     };
     let transient = match &e {
+        // The user's --timeout is the most a request may take: not retried.
+        ureq::Error::Timeout(_) if error::is_deadline(&e) => false,
         ureq::Error::Timeout(_) => offset > 0 || !error::is_connect(&e),
         ureq::Error::Io(io) => transient_io(io) || (offset > 0 && error::is_connect(&e)),
         ureq::Error::ConnectionFailed => offset > 0,
@@ -207,6 +211,7 @@ fn attempt_once(
         allow_http: f.allow_http,
         http_host: f.http_host,
         auth: f.auth,
+        bulk: Some(f.limits),
     };
     let resp = http::send_with(f.agent, f.url, range, &opts).map_err(|e| request_failed(f, e, *offset))?;
     let header = |name: &str| {
@@ -254,7 +259,7 @@ fn attempt_once(
         .append(true)
         .open(part)
         .map_err(write_err)?;
-    let mut body = resp.into_body().into_reader();
+    let mut body = http::RateGuard::new(resp.into_body().into_reader(), f.limits);
     let received = pipeline::run(&mut body, out, hasher, *offset, f.expected_size, &mut |done| {
         progress(DownloadEvent::Progress { done, total })
     });
@@ -262,6 +267,12 @@ fn attempt_once(
     match received.stop {
         None => {}
         Some(Ended::Write(e)) => return Err(write_err(e)),
+        Some(Ended::Read(e)) if http::too_slow(&e).is_some() => {
+            return Err(Stop::Fatal(PullError::TooSlow {
+                url: f.url.to_owned(),
+                why: e.to_string(),
+            }))
+        }
         Some(Ended::Read(e)) if transient_io(&e) => return Err(Stop::Transient(e)),
         Some(Ended::Read(e)) => return Err(Stop::Fatal(error::http_error(f.url, ureq::Error::Io(e)))),
         Some(Ended::TooLong(expected)) => {

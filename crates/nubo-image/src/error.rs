@@ -29,6 +29,10 @@ pub enum PullError {
     CaEmpty { path: PathBuf },
     #[error("no system CA store found (tried {}): install ca-certificates, or set SSL_CERT_FILE or --ca-cert", tried.join(", "))]
     NoSystemCa { tried: Vec<String> },
+    #[error("{url} did not answer within the deadline (--timeout): the server is stalled or too slow; raise --timeout if it is only slow")]
+    Deadline { url: String },
+    #[error("{url} was too slow: {why}; the partial download is kept (pull again to resume), or lower --speed-limit or raise --speed-time for a slow link")]
+    TooSlow { url: String, why: String },
     #[error("fetching {url}")]
     Http {
         url: String,
@@ -138,6 +142,8 @@ pub fn http_error(url: &str, source: ureq::Error) -> PullError {
             url,
             source,
         }
+    } else if is_deadline(&source) {
+        PullError::Deadline { url }
     } else if is_connect(&source) {
         PullError::Connect {
             addr: crate::http::host_port(&url),
@@ -149,6 +155,14 @@ pub fn http_error(url: &str, source: ureq::Error) -> PullError {
     } else {
         PullError::Http { url, source }
     }
+}
+
+/// Whether `e` is the whole request's deadline (`--timeout`) running out.
+pub fn is_deadline(e: &ureq::Error) -> bool {
+    matches!(
+        e,
+        ureq::Error::Timeout(ureq::Timeout::Global | ureq::Timeout::PerCall | ureq::Timeout::RecvResponse)
+    )
 }
 
 /// getaddrinfo failures reach ureq's resolver as plain I/O errors.
@@ -190,6 +204,8 @@ impl PullError {
             PullError::NotInCatalog { .. } => ErrorKind::NotFound,
             PullError::NoSystemCa { .. } => ErrorKind::Unavailable,
             PullError::Http { .. }
+            | PullError::Deadline { .. }
+            | PullError::TooSlow { .. }
             | PullError::Untrusted { .. }
             | PullError::Status { .. }
             | PullError::Interrupted { .. }

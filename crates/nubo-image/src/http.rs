@@ -3,10 +3,10 @@
 //! caller resolves those paths; this module reads no environment.
 
 use std::fs;
-use std::io::Read;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
@@ -21,9 +21,137 @@ const SYSTEM_BUNDLES: &[&str] = &[
     "/etc/ssl/cert.pem",
 ];
 
-/// A stalled mirror fails the attempt (and is retried with Range) instead of hanging forever.
-const READ_TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a server may take, as curl's `--max-time` and `--speed-limit/--speed-time`:
+/// every request but a bulk transfer's body has a total deadline (`--timeout`); a bulk body
+/// (an image, a blob, an upload chunk) is instead refused when it moves slower than
+/// `speed_limit` bytes/s over any `speed_time` window, so a server that drips bytes fails
+/// however large the file, and a slow but steady link does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `--timeout`: a whole request (connect, redirects, headers, a small body).
+    pub timeout: Duration,
+    /// `--speed-limit`: bytes per second a bulk transfer must average over each window.
+    pub speed_limit: u64,
+    /// `--speed-time`: the window; also the longest a bulk read may wait for one byte.
+    pub speed_time: Duration,
+}
+
+impl Default for Limits {
+    /// 2 minutes for a manifest, a token or a checksum file is generous on any link that can
+    /// carry a disk image; 1 KiB/s over 60 s is what a stalled mirror or a hostile server gives,
+    /// far below any link worth waiting for.
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(120),
+            speed_limit: 1024,
+            speed_time: Duration::from_secs(60),
+        }
+    }
+}
+
+impl Limits {
+    /// A GET of a bulk transfer: the deadline covers the response's headers only; the body is
+    /// watched by a [`RateGuard`] (and no read may wait longer than `speed_time`).
+    pub fn bulk_get(
+        &self,
+        req: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+        req.config()
+            .timeout_global(None)
+            .timeout_recv_response(Some(self.timeout))
+            .timeout_per_read(Some(self.speed_time))
+            .build()
+    }
+
+    /// [`Limits::bulk_get`] for any request (an upload's chunk).
+    pub fn bulk<S: ureq::AsSendBody>(
+        &self,
+        agent: &ureq::Agent,
+        req: ureq::http::Request<S>,
+    ) -> ureq::http::Request<S> {
+        agent
+            .configure_request(req)
+            .timeout_global(None)
+            .timeout_recv_response(Some(self.timeout))
+            .timeout_per_read(Some(self.speed_time))
+            .timeout_per_write(Some(self.speed_time))
+            .build()
+    }
+}
+
+/// The error a [`RateGuard`] reads with: the transfer was too slow.
+#[derive(Debug)]
+pub struct TooSlow {
+    pub bytes: u64,
+    pub secs: u64,
+    pub limits: Limits,
+}
+
+impl std::fmt::Display for TooSlow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} bytes in {} s, slower than {} bytes/s (--speed-limit) over {} s (--speed-time)",
+            self.bytes,
+            self.secs,
+            self.limits.speed_limit,
+            self.limits.speed_time.as_secs()
+        )
+    }
+}
+
+impl std::error::Error for TooSlow {}
+
+/// The [`TooSlow`] inside an I/O error, if that is what it is.
+pub fn too_slow(e: &io::Error) -> Option<&TooSlow> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<TooSlow>())
+}
+
+/// A reader that fails with [`TooSlow`] when fewer than `speed_limit × speed_time` bytes pass
+/// through it in a `speed_time` window (curl's `--speed-limit/--speed-time`).
+pub struct RateGuard<R> {
+    inner: R,
+    limits: Limits,
+    window_start: Instant,
+    window_bytes: u64,
+}
+
+impl<R> RateGuard<R> {
+    pub fn new(inner: R, limits: Limits) -> Self {
+        RateGuard {
+            inner,
+            limits,
+            window_start: Instant::now(),
+            window_bytes: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for RateGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.window_bytes += n as u64;
+        let elapsed = self.window_start.elapsed();
+        if elapsed >= self.limits.speed_time && !buf.is_empty() {
+            let need = self.limits.speed_limit.saturating_mul(elapsed.as_secs().max(1));
+            if self.window_bytes < need && n > 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    TooSlow {
+                        bytes: self.window_bytes,
+                        secs: elapsed.as_secs(),
+                        limits: self.limits,
+                    },
+                ));
+            }
+            self.window_start = Instant::now();
+            self.window_bytes = 0;
+        }
+        Ok(n)
+    }
+}
 
 /// Which CAs to trust.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,7 +206,9 @@ fn roots(tls: &TlsSettings) -> Result<Vec<Certificate<'static>>, PullError> {
 /// An agent that reports every HTTP status to the caller (Range handling needs 206/416) and
 /// follows no redirects itself: [`send`] follows them, checking each target's scheme, so a
 /// redirect to `file://` or (without `allow_http`) to plain http is refused by name.
-pub fn agent(tls: &TlsSettings, allow_http: bool) -> Result<ureq::Agent, PullError> {
+/// Every request has `limits.timeout` as its total deadline unless it is a bulk transfer
+/// ([`Limits::bulk`]).
+pub fn agent(tls: &TlsSettings, allow_http: bool, limits: &Limits) -> Result<ureq::Agent, PullError> {
     let tls_config = TlsConfig::builder()
         .root_certs(RootCerts::Specific(Arc::new(roots(tls)?)))
         .build();
@@ -87,9 +217,9 @@ pub fn agent(tls: &TlsSettings, allow_http: bool) -> Result<ureq::Agent, PullErr
         .http_status_as_error(false)
         .https_only(!allow_http)
         .max_redirects(0)
-        .timeout_connect(Some(CONNECT_TIMEOUT))
-        .timeout_recv_body(None)
-        .timeout_per_read(Some(READ_TIMEOUT))
+        .timeout_global(Some(limits.timeout))
+        .timeout_connect(Some(CONNECT_TIMEOUT.min(limits.timeout)))
+        .timeout_per_read(Some(limits.speed_time))
         .user_agent(concat!("nubo/", env!("CARGO_PKG_VERSION")))
         .build()
         .new_agent())
@@ -143,6 +273,8 @@ pub struct SendOptions<'a> {
     /// `Authorization`, sent only while the URL stays on the first URL's origin: a redirect to
     /// another host (a registry's blob storage) never carries the registry's credentials.
     pub auth: Option<&'a str>,
+    /// A bulk transfer ([`Limits::bulk_get`]) rather than a small answer under the deadline.
+    pub bulk: Option<Limits>,
 }
 
 /// GETs `url` (from byte `range_from` when given), following up to [`MAX_REDIRECTS`] redirects
@@ -175,6 +307,9 @@ pub fn send_with(
     let mut current = url.to_owned();
     for _ in 0..=MAX_REDIRECTS {
         let mut req = agent.get(&current);
+        if let Some(limits) = &opts.bulk {
+            req = limits.bulk_get(req);
+        }
         if let Some(offset) = range_from {
             req = req.header("Range", format!("bytes={offset}-"));
         }
@@ -200,7 +335,7 @@ pub fn send_with(
 }
 
 /// `scheme://host:port` of a URL, lowercased, for "same origin" checks.
-fn origin(url: &str) -> String {
+pub(crate) fn origin(url: &str) -> String {
     let scheme = url.split_once("://").map_or("https", |(s, _)| s).to_ascii_lowercase();
     format!("{scheme}://{}", host_port(url).to_ascii_lowercase())
 }
@@ -285,6 +420,59 @@ pub fn get_text(agent: &ureq::Agent, url: &str, allow_http: bool) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Yields one byte per read, `pause` apart.
+    struct Drip(std::time::Duration);
+
+    impl Read for Drip {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            std::thread::sleep(self.0);
+            buf[0] = b'x';
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn rate_guard_drip_below_limit_fails_too_slow() {
+        let limits = Limits {
+            timeout: Duration::from_secs(1),
+            speed_limit: 100,
+            speed_time: Duration::from_secs(1),
+        };
+        let mut r = RateGuard::new(Drip(Duration::from_millis(100)), limits);
+        let mut buf = [0u8; 16];
+
+        let err = (0..30).find_map(|_| r.read(&mut buf).err()).unwrap();
+
+        let slow = too_slow(&err).unwrap();
+        assert!(slow.bytes < 100 && err.to_string().contains("--speed-limit"), "{err}");
+    }
+
+    #[test]
+    fn rate_guard_fast_reader_passes() {
+        let limits = Limits {
+            timeout: Duration::from_secs(1),
+            speed_limit: 1,
+            speed_time: Duration::from_secs(1),
+        };
+        let data = vec![1u8; 1 << 20];
+        let mut r = RateGuard::new(&data[..], limits);
+
+        let mut out = Vec::new();
+        r.read_to_end(&mut out).unwrap();
+
+        assert_eq!(out.len(), 1 << 20);
+    }
+
+    #[test]
+    fn origin_other_port_with_same_prefix_differs() {
+        assert_ne!(origin("https://reg:50001/v2/x"), origin("https://reg:5000/v2/"));
+    }
+
+    #[test]
+    fn origin_default_port_spelled_out_is_same() {
+        assert_eq!(origin("https://REG:443/v2/x"), origin("https://reg"));
+    }
 
     #[test]
     fn check_scheme_http_refused_by_default() {

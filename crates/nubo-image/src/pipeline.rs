@@ -52,6 +52,21 @@ pub fn run(
     expected: Option<u64>,
     progress: &mut dyn FnMut(u64),
 ) -> Received {
+    let syncer = out.try_clone().ok();
+    run_to(body, out, syncer, hasher, start, expected, progress)
+}
+
+/// [`run`] into any writer (a sparse one for a decompressed disk); `syncer`, a handle on the
+/// same file, is flushed in the background.
+pub fn run_to<W: Write + Send>(
+    body: &mut dyn Read,
+    out: W,
+    syncer: Option<File>,
+    hasher: &mut StreamHasher,
+    start: u64,
+    expected: Option<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> Received {
     use std::sync::mpsc::{channel, sync_channel};
     let (free_tx, free_rx) = channel::<AlignedBuf>();
     for _ in 0..IN_FLIGHT {
@@ -72,7 +87,6 @@ pub fn run(
         // far every FLUSH_EVERY bytes, so the caller's one fsync at the end finds little left
         // (it was most of the gap to `curl -o`, which leaves its bytes in the page cache).
         let (sync_tx, sync_rx) = sync_channel::<()>(1);
-        let syncer = out.try_clone().ok();
         if let Some(file) = syncer {
             s.spawn(move || {
                 for () in sync_rx {

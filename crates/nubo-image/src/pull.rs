@@ -62,6 +62,8 @@ pub struct PullRequest {
     pub retries: u32,
     /// Re-point an existing tag that has another digest (otherwise refused).
     pub force: bool,
+    /// `--timeout`, `--speed-limit`, `--speed-time`.
+    pub limits: http::Limits,
 }
 
 impl PullRequest {
@@ -76,6 +78,7 @@ impl PullRequest {
             insecure_no_checksum: false,
             retries: 5,
             force: false,
+            limits: http::Limits::default(),
         }
     }
 }
@@ -142,7 +145,7 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         // OCI references have their own pull (`oci::pull`), with registry auth and manifests.
         return Err(PullError::OciUnsupported(r.to_string()));
     }
-    let agent = http::agent(&req.tls, req.allow_http)?;
+    let agent = http::agent(&req.tls, req.allow_http, &req.limits)?;
     let plan = match &req.source {
         PullSource::Catalog(r) => plan_catalog(&agent, req, r, progress)?,
         PullSource::Url(u) => plan_url(&agent, req, u, progress)?,
@@ -189,6 +192,7 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         http_host: None,
         auth: None,
         expected_size: plan.expected_size,
+        limits: req.limits,
     };
     let (digests, size) = fetch(&f, &part, &mut |e| progress(e.into()))?;
     let fail = |e: PullError| {

@@ -262,6 +262,12 @@ fn check_path_component(c: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Whether `t` is a tag by the distribution spec's grammar (what a registry's tag list may be
+/// trusted to hold: anything else is listed escaped, never fetched).
+pub fn is_tag(t: &str) -> bool {
+    check_tag(t).is_ok()
+}
+
 /// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
 fn check_tag(t: &str) -> Result<(), &'static str> {
     let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';

@@ -580,6 +580,7 @@ fn client(reg: &Registry) -> Result<nubo_image::oci::Client, String> {
             password: PASSWORD.into(),
         }),
         retries: 0,
+        limits: Default::default(),
     };
     nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())
 }

@@ -74,6 +74,8 @@ pub struct PullArgs {
     /// Talk plain http to this reference's registry (and to no other host)
     #[arg(long)]
     pub insecure_registry: bool,
+    #[command(flatten)]
+    pub limits: crate::cli::net::NetLimitArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -96,6 +98,8 @@ pub struct PushArgs {
     /// Talk plain http to this registry (and to no other host)
     #[arg(long)]
     pub insecure_registry: bool,
+    #[command(flatten)]
+    pub limits: crate::cli::net::NetLimitArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -111,6 +115,8 @@ pub struct LsRemoteArgs {
     /// Talk plain http to this registry (and to no other host)
     #[arg(long)]
     pub insecure_registry: bool,
+    #[command(flatten)]
+    pub limits: crate::cli::net::NetLimitArgs,
 }
 
 #[derive(Debug, clap::Args)]

@@ -4,6 +4,7 @@ pub mod apply;
 pub mod bootstrap;
 pub mod image;
 pub mod manifest;
+pub mod net;
 pub mod registry;
 pub mod seed;
 pub mod vm;

@@ -30,6 +30,8 @@ pub struct LoginArgs {
     /// Talk plain http to this registry (and to no other host)
     #[arg(long)]
     pub insecure_registry: bool,
+    #[command(flatten)]
+    pub limits: crate::cli::net::NetLimitArgs,
 }
 
 #[derive(Debug, clap::Args)]

@@ -80,6 +80,7 @@ fn pull(a: &PullArgs, settings: &Settings) -> anyhow::Result<()> {
     req.allow_http = a.allow_http;
     req.insecure_no_checksum = a.insecure_no_checksum;
     req.force = a.force;
+    req.limits = a.limits.limits();
     let added = run_pull(&req, settings)?;
     let rec = &added.record;
     let how = match (&rec.source.checksum, rec.verified) {

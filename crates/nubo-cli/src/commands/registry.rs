@@ -35,6 +35,7 @@ pub fn client_settings(
     registry: &str,
     ca_cert: &[PathBuf],
     insecure: bool,
+    limits: nubo_image::http::Limits,
     settings: &Settings,
 ) -> anyhow::Result<ClientSettings> {
     Ok(ClientSettings {
@@ -45,6 +46,7 @@ pub fn client_settings(
         insecure,
         credentials: credentials(registry, settings)?,
         retries: 5,
+        limits,
     })
 }
 
@@ -81,7 +83,7 @@ fn login(a: &LoginArgs, settings: &Settings) -> anyhow::Result<()> {
         bail!("the username must be non-empty without `:`, and the password non-empty");
     }
     let creds = Credentials { username, password };
-    let mut cs = client_settings(&registry, &a.ca_cert, a.insecure_registry, settings)?;
+    let mut cs = client_settings(&registry, &a.ca_cert, a.insecure_registry, a.limits.limits(), settings)?;
     cs.credentials = Some(creds.clone());
     Client::new(&registry, &cs)?
         .ping()

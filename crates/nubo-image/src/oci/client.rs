@@ -53,6 +53,8 @@ pub struct ClientSettings {
     pub credentials: Option<Credentials>,
     /// Reconnections per blob after a transient failure.
     pub retries: u32,
+    /// `--timeout`, `--speed-limit`, `--speed-time`.
+    pub limits: http::Limits,
 }
 
 pub struct Client {
@@ -66,6 +68,7 @@ pub struct Client {
     /// The `Authorization` value that worked last (Basic, or a Bearer token).
     auth: Mutex<Option<String>>,
     retries: u32,
+    limits: http::Limits,
 }
 
 /// A request body that can be sent again after a 401 (bytes), or not (a stream, sent only
@@ -78,7 +81,7 @@ pub enum Payload<'a> {
 
 impl Client {
     pub fn new(registry: &str, s: &ClientSettings) -> Result<Client, OciError> {
-        let agent = http::agent(&s.tls, s.insecure).map_err(|e| OciError::Setup(Box::new(e)))?;
+        let agent = http::agent(&s.tls, s.insecure, &s.limits).map_err(|e| OciError::Setup(Box::new(e)))?;
         let scheme = if s.insecure { "http" } else { "https" };
         let base = format!("{scheme}://{registry}");
         Ok(Client {
@@ -89,7 +92,15 @@ impl Client {
             credentials: s.credentials.clone(),
             auth: Mutex::new(None),
             retries: s.retries,
+            limits: s.limits,
         })
+    }
+
+    /// Whether `url` is on the registry's own origin: scheme, host and port (`https://reg/`
+    /// is `https://reg:443/`; `https://reg:50001/` is not `https://reg:5000/`, which a bare
+    /// prefix test accepted).
+    fn on_origin(&self, url: &str) -> bool {
+        http::origin(url) == http::origin(&self.base)
     }
 
     fn url(&self, path: &str) -> String {
@@ -102,6 +113,24 @@ impl Client {
 
     fn transport(&self, url: &str, e: ureq::Error) -> OciError {
         let registry = self.registry.clone();
+        let url_shown = || nubo_core::file::escape_control(url);
+        if crate::error::is_deadline(&e) {
+            return OciError::Deadline {
+                registry,
+                url: url_shown(),
+                secs: self.limits.timeout.as_secs(),
+            };
+        }
+        if let Some(slow) = match &e {
+            ureq::Error::Io(io) => http::too_slow(io),
+            _ => None,
+        } {
+            return OciError::TooSlow {
+                registry,
+                url: url_shown(),
+                why: slow.to_string(),
+            };
+        }
         if crate::error::is_connect(&e) {
             OciError::Unreachable { registry, source: e }
         } else if matches!(e, ureq::Error::HostNotFound) || e.to_string().contains("failed to lookup address") {
@@ -143,11 +172,15 @@ impl Client {
                     .body(*bytes)
                     .map_err(bad)?,
             ),
-            Payload::Stream(reader, len) => self.agent.run(
-                b.header("Content-Length", len.to_string())
-                    .body(SendBody::from_reader(&mut *reader))
-                    .map_err(bad)?,
-            ),
+            Payload::Stream(reader, len) => {
+                // A chunk of an upload: watched for its rate, not held to the deadline.
+                let mut guarded = http::RateGuard::new(&mut **reader, self.limits);
+                let req = b
+                    .header("Content-Length", len.to_string())
+                    .body(SendBody::from_reader(&mut guarded))
+                    .map_err(bad)?;
+                self.agent.run(self.limits.bulk(&self.agent, req))
+            }
         };
         r.map_err(|e| self.transport(url, e))
     }
@@ -259,7 +292,7 @@ impl Client {
             .into_reader()
             .take(SMALL)
             .read_to_string(&mut text)
-            .map_err(|e| token_err(e.to_string()))?;
+            .map_err(|e| self.transport(&url, ureq::Error::from(e)))?;
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| token_err(format!("no JSON ({e})")))?;
         let token = v
             .get("token")
@@ -290,8 +323,11 @@ impl Client {
         let url = self.url(&format!("/v2/{repository}/manifests/{reference}"));
         let what = format!("reading manifest {repository}:{reference}");
         let resp = self.request(Method::GET, &url, &[("Accept", ACCEPT)], Payload::Empty, &what)?;
-        if resp.status().as_u16() == 404 {
-            return Ok(None);
+        match resp.status().as_u16() {
+            404 => return Ok(None),
+            200 => {}
+            // A redirect's (or any other answer's) body is not the manifest.
+            _ => return Err(self.not_ok(resp, &what)),
         }
         let len: Option<u64> = resp
             .headers()
@@ -310,7 +346,7 @@ impl Client {
             .into_reader()
             .take(MAX_MANIFEST + 1)
             .read_to_end(&mut bytes)
-            .map_err(|e| self.transport(&url, ureq::Error::Io(e)))?;
+            .map_err(|e| self.transport(&url, ureq::Error::from(e)))?;
         if bytes.len() as u64 > MAX_MANIFEST {
             return Err(OciError::ManifestTooBig {
                 reference: shown.to_owned(),
@@ -355,6 +391,7 @@ impl Client {
             http_host: self.http_host.as_deref(),
             auth: auth.as_deref(),
             expected_size: Some(size),
+            limits: self.limits,
         };
         fetch(&f, part, progress)
     }
@@ -510,6 +547,9 @@ impl Client {
                     what: "tags (the repository does not exist)".into(),
                 });
             }
+            if resp.status().as_u16() != 200 {
+                return Err(self.not_ok(resp, &what));
+            }
             let next = resp
                 .headers()
                 .get("link")
@@ -521,7 +561,7 @@ impl Client {
                 .into_reader()
                 .take(MAX_MANIFEST)
                 .read_to_string(&mut text)
-                .map_err(|e| self.transport(&url, ureq::Error::Io(e)))?;
+                .map_err(|e| self.transport(&url, ureq::Error::from(e)))?;
             let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| OciError::Status {
                 registry: self.registry.clone(),
                 what,
@@ -530,11 +570,17 @@ impl Client {
             })?;
             for t in v.get("tags").and_then(|t| t.as_array()).into_iter().flatten() {
                 if let Some(t) = t.as_str() {
-                    out.push(nubo_core::file::escape_control(t));
+                    // A tag outside the grammar (a newline, a `/`) is listed escaped, and
+                    // the caller, seeing it is no tag, fetches nothing for it.
+                    out.push(if crate::reference::is_tag(t) {
+                        t.to_owned()
+                    } else {
+                        format!("{t:?}")
+                    });
                 }
             }
             match next {
-                Some(n) if out.len() < MAX_TAGS && n.starts_with(&self.base) => url = n,
+                Some(n) if out.len() < MAX_TAGS && self.on_origin(&n) => url = n,
                 _ => break,
             }
         }
@@ -556,7 +602,7 @@ impl Client {
             })?;
         let next = http::join_url(base, loc);
         // An upload session elsewhere would get our credentials and the image: refused.
-        if !next.starts_with(&self.base) {
+        if !self.on_origin(&next) {
             return Err(OciError::Status {
                 registry: self.registry.clone(),
                 what: what.to_owned(),
@@ -568,6 +614,28 @@ impl Client {
             });
         }
         Ok(next)
+    }
+
+    /// A 2xx/3xx that is not the 200 the request needs: a redirect is named with its target
+    /// (nubo follows redirects for blobs only), anything else as [`Client::status`].
+    fn not_ok(&self, resp: Response<Body>, what: &str) -> OciError {
+        let status = resp.status().as_u16();
+        if !(300..=399).contains(&status) {
+            return self.status(resp, what);
+        }
+        let to = resp
+            .headers()
+            .get("location")
+            .map(|v| nubo_core::file::escape_control(&String::from_utf8_lossy(v.as_bytes())))
+            .unwrap_or_else(|| "nowhere".into());
+        OciError::Status {
+            registry: self.registry.clone(),
+            what: what.to_owned(),
+            status,
+            detail: Some(format!(
+                "a redirect to {to} where the answer itself belongs (its body is not read; nubo follows redirects for blobs only)"
+            )),
+        }
     }
 
     fn status(&self, resp: Response<Body>, what: &str) -> OciError {

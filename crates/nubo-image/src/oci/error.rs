@@ -32,6 +32,12 @@ pub enum OciError {
         #[source]
         source: ureq::Error,
     },
+    #[error("registry {registry} did not answer {url} within {secs} s (--timeout): it is stalled or too slow; raise --timeout if it is only slow")]
+    Deadline { registry: String, url: String, secs: u64 },
+    #[error(
+        "registry {registry} was too slow on {url}: {why}; lower --speed-limit or raise --speed-time for a slow link"
+    )]
+    TooSlow { registry: String, url: String, why: String },
     #[error("talking to registry {registry} ({url})")]
     Transport {
         registry: String,
@@ -83,6 +89,13 @@ pub enum OciError {
     },
     #[error("`{reference}`: the compressed disk layer is refused: {why}; nothing was stored")]
     Decompress { reference: String, why: String },
+    #[error("`{reference}`: the disk needs {need} bytes in {} and its filesystem has {free} free: free space there (or point NUBO_ROOT at a larger filesystem) and pull again; nothing was downloaded", dir.display())]
+    NoRoom {
+        reference: String,
+        dir: PathBuf,
+        need: u64,
+        free: u64,
+    },
     #[error("`{reference}`: transferring the {what} blob")]
     Transfer {
         reference: String,
@@ -151,6 +164,8 @@ impl OciError {
             | OciError::Dns { .. }
             | OciError::Untrusted { .. }
             | OciError::Transport { .. }
+            | OciError::Deadline { .. }
+            | OciError::TooSlow { .. }
             | OciError::Status { .. }
             | OciError::Token { .. }
             | OciError::PushDigest { .. } => ErrorKind::Remote,
@@ -167,7 +182,7 @@ impl OciError {
             OciError::Disk { source, .. } => source.kind(),
             OciError::HasBacking { .. } | OciError::Format { .. } => ErrorKind::Unsupported,
             OciError::PushToDigest(_) | OciError::NoRegistry(_) | OciError::NoLocalName(_) => ErrorKind::InvalidInput,
-            OciError::Io { .. } | OciError::Write { .. } => ErrorKind::Io,
+            OciError::Io { .. } | OciError::Write { .. } | OciError::NoRoom { .. } => ErrorKind::Io,
             OciError::AuthFile(e) => e.kind(),
             OciError::Store(e) => e.kind(),
         }

@@ -7,7 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::client::{Client, ClientSettings};
-use super::compress::{decompress, DecompressError};
+use super::compress::{decompress, max_apparent, DecompressError};
 use super::error::OciError;
 use super::manifest::{classify, Descriptor, VmArtifact};
 use crate::digest::StreamHasher;
@@ -180,6 +180,21 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
             });
             let disk = (|| -> Result<Option<PathBuf>, OciError> {
                 Ok(if blob.is_file() {
+                    // The stored disk has the digest, so its size is known: a manifest that
+                    // claims another is lying, and its number would go into the record.
+                    let have = fs::metadata(&blob)
+                        .map_err(|source| OciError::Io {
+                            path: blob.clone(),
+                            source,
+                        })?
+                        .len();
+                    if have != art.disk_size() {
+                        return Err(OciError::Inconsistent {
+                            reference: shown.clone(),
+                            annotated: format!("{} bytes", art.disk_size()),
+                            actual: format!("{have} bytes (the disk with its digest, already stored)"),
+                        });
+                    }
                     progress(PullEvent::AlreadyPresent {
                         digest: art.disk.digest.clone(),
                     });
@@ -187,6 +202,7 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
                 } else if let Some(limit) = art.disk.compressed_to {
                     // The layer (resumable, verified as sent), then the disk decompressed from it.
                     let zpart = tmp.join(format!("{key}.zst.part"));
+                    check_room(&tmp, &art, &zpart, &shown)?;
                     get_blob(&client, repository, &art.blobs.disk, "disk", &zpart, &shown, progress)?;
                     let part = tmp.join(format!("{key}.part"));
                     unpack(&zpart, &part, limit, &art.disk.digest, &shown, progress)?;
@@ -194,6 +210,7 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
                     Some(part)
                 } else {
                     let part = tmp.join(format!("{key}.part"));
+                    check_room(&tmp, &art, &part, &shown)?;
                     get_blob(&client, repository, &art.blobs.disk, "disk", &part, &shown, progress)?;
                     Some(part)
                 })
@@ -309,6 +326,42 @@ fn get_blob(
     Ok(())
 }
 
+/// Refuses, before a byte of the disk is downloaded, a disk that cannot fit: what is left of
+/// the layer plus, for a compressed one, the disk it decompresses to (its annotated
+/// `io.nubo.image.disk.size`), against the free space of the store's filesystem; and a
+/// compressed layer annotated larger than [`max_apparent`] of its size.
+fn check_room(tmp: &Path, art: &VmArtifact, part: &Path, reference: &str) -> Result<(), OciError> {
+    let layer = art.blobs.disk.size;
+    if let Some(size) = art.disk.compressed_to.filter(|s| *s > max_apparent(layer)) {
+        return Err(OciError::Decompress {
+            reference: reference.to_owned(),
+            why: format!(
+                "annotation io.nubo.image.disk.size says {size} bytes from a {layer}-byte layer, more than the {} (1 GiB + 1024x) a real disk compresses from (a decompression bomb; push a disk that empty as qcow2, which stores no zeros)",
+                max_apparent(layer)
+            ),
+        });
+    }
+    let have = fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+    let need = layer
+        .saturating_sub(have)
+        .saturating_add(art.disk.compressed_to.unwrap_or(0));
+    let st = nix::sys::statvfs::statvfs(tmp).map_err(|e| OciError::Io {
+        path: tmp.to_path_buf(),
+        source: e.into(),
+    })?;
+    #[allow(clippy::unnecessary_cast)] // the field types differ between libcs
+    let free = (st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64);
+    if need > free {
+        return Err(OciError::NoRoom {
+            reference: reference.to_owned(),
+            dir: tmp.to_path_buf(),
+            need,
+            free,
+        });
+    }
+    Ok(())
+}
+
 /// Decompresses the verified layer `zpart` into `part`, at most `limit` bytes, and checks the
 /// result against the disk digest the manifest annotates; on any failure `part` is deleted.
 fn unpack(
@@ -340,6 +393,12 @@ fn unpack(
             return Err(fail(OciError::Decompress {
                 reference: reference.to_owned(),
                 why: format!("it decompresses to more than the {limit} bytes the manifest annotates (a decompression bomb, or a wrong annotation)"),
+            }))
+        }
+        Err(DecompressError::TooDense { max }) => {
+            return Err(fail(OciError::Decompress {
+                reference: reference.to_owned(),
+                why: format!("more than {max} of its bytes are data, more than a real disk compresses from a layer this size (64 MiB + 64x; zero runs are holes and not counted): a decompression bomb"),
             }))
         }
         Err(DecompressError::Corrupt(e)) => {

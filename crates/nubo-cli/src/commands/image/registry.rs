@@ -34,7 +34,13 @@ pub fn pull(a: &PullArgs, r: &OciRef, settings: &Settings) -> anyhow::Result<()>
         reference: r.clone(),
         name: a.name.as_deref().map(parse_ref).transpose()?,
         force: a.force,
-        client: client_settings(registry_of(r), &a.ca_cert, a.insecure_registry, settings)?,
+        client: client_settings(
+            registry_of(r),
+            &a.ca_cert,
+            a.insecure_registry,
+            a.limits.limits(),
+            settings,
+        )?,
     };
     let added = run(&req, settings)?;
     let rec = &added.record;
@@ -70,7 +76,7 @@ pub(crate) fn pull_oci(r: &OciRef, settings: &Settings) -> anyhow::Result<ImageR
         reference: r.clone(),
         name: None,
         force: false,
-        client: client_settings(registry_of(r), &settings.extra_ca, false, settings)?,
+        client: client_settings(registry_of(r), &settings.extra_ca, false, Default::default(), settings)?,
     };
     Ok(run(&req, settings)?.record)
 }
@@ -80,7 +86,13 @@ pub fn push(a: &PushArgs, settings: &Settings) -> anyhow::Result<()> {
     let req = PushRequest {
         image: stored_ref(&a.image)?,
         target: target.clone(),
-        client: client_settings(registry_of(&target), &a.ca_cert, a.insecure_registry, settings)?,
+        client: client_settings(
+            registry_of(&target),
+            &a.ca_cert,
+            a.insecure_registry,
+            a.limits.limits(),
+            settings,
+        )?,
         compress: a.compress,
     };
     let store = open_store(settings)?;
@@ -100,7 +112,7 @@ pub fn push(a: &PushArgs, settings: &Settings) -> anyhow::Result<()> {
 struct RemoteTag {
     tag: String,
     digest: Option<String>,
-    /// `nubo-vm`, `container-image`, `index`, or what else it is.
+    /// `nubo-vm`, `container-image`, `index`, `invalid-tag` (listed escaped, not fetched), or what else it is.
     kind: String,
     size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,11 +134,25 @@ pub fn ls_remote(a: &LsRemoteArgs, settings: &Settings) -> anyhow::Result<()> {
     let registry = registry_of(&r);
     let client = Client::new(
         registry,
-        &client_settings(registry, &a.ca_cert, a.insecure_registry, settings)?,
+        &client_settings(registry, &a.ca_cert, a.insecure_registry, a.limits.limits(), settings)?,
     )?;
     let shown = r.to_string();
     let mut rows = Vec::new();
     for tag in client.tags(&r.repository, &shown)? {
+        if !nubo_image::reference::is_tag(&tag) {
+            // Not a tag by the spec's grammar (a newline, a `/`): listed as the registry
+            // gave it, escaped, and never put into a URL.
+            rows.push(RemoteTag {
+                tag,
+                digest: None,
+                kind: "invalid-tag".into(),
+                size: None,
+                os: None,
+                release: None,
+                created: None,
+            });
+            continue;
+        }
         let bytes = client.manifest(&r.repository, &tag, &format!("{shown}:{tag}"))?;
         let row = match bytes {
             None => RemoteTag {
