@@ -7,6 +7,7 @@ pub mod duration;
 pub mod error;
 pub mod file;
 pub mod hex;
+pub mod input;
 pub mod name;
 pub mod roots;
 pub mod size;
