@@ -336,7 +336,10 @@ mod tests {
             dir: dir.to_path_buf(),
             bytes: text.into_bytes(),
         };
-        let files = nubo_manifest::HostFiles { home: None };
+        let files = nubo_manifest::HostFiles {
+            home: None,
+            restrictor: nubo_manifest::LoadRestrictor::RootOnly,
+        };
         let mut l = nubo_manifest::read_all(&[src], &files).unwrap_or_else(|e| panic!("{e}"));
         l.remove(0).spec
     }
