@@ -82,11 +82,7 @@ impl Env {
 
     fn run_with(&self, args: &[&str], stdin: Option<&[u8]>) -> Run {
         let t = Instant::now();
-        let out = support::run_bounded(
-            support::command(self.dir.path(), &self.m(), args),
-            stdin,
-            4 * FAST,
-        );
+        let out = support::run_bounded(support::command(self.dir.path(), &self.m(), args), stdin, 4 * FAST);
         Run {
             out,
             elapsed: t.elapsed(),
@@ -188,10 +184,7 @@ fn manifest_load_restrictor_none_allows_outside_files() {
     e.validate(&m, &["--load-restrictor", "LoadRestrictionsNone"]).ok();
     e.validate(&m, &["--load-restrictor", "LoadRestrictionsRootOnly"])
         .refused(&["outside"]);
-    assert_eq!(
-        e.validate(&m, &["--load-restrictor", "off"]).out.status.code(),
-        Some(2)
-    );
+    assert_eq!(e.validate(&m, &["--load-restrictor", "off"]).out.status.code(), Some(2));
 }
 
 /// Issue 21.3: a file below the manifest, and a manifest on stdin naming a file below the
@@ -229,8 +222,17 @@ fn manifest_secret_file_content_never_printed() {
         .refused(&["line 1"]);
     e.run(&["seed", "build", "-o", "seed.iso", "--user-data", &abs])
         .refused(&["line 1"]);
-    e.run(&["vm", "create", "x", "--disk", "base.raw", "--dry-run", "--ssh-key", &format!("@{abs}")])
-        .refused(&["line 1"]);
+    e.run(&[
+        "vm",
+        "create",
+        "x",
+        "--disk",
+        "base.raw",
+        "--dry-run",
+        "--ssh-key",
+        &format!("@{abs}"),
+    ])
+    .refused(&["line 1"]);
 }
 
 /// Issue 21.10: a 10^9-node alias bomb is refused on every path that puts YAML into a seed,
@@ -282,7 +284,16 @@ fn user_data_from_stdin_accepted_and_second_stdin_refused() {
         Some(b"#cloud-config\nhostname: a\n"),
     );
     let two = e.run_with(
-        &["seed", "build", "-o", "two.iso", "--user-data", "-", "--network-config", "-"],
+        &[
+            "seed",
+            "build",
+            "-o",
+            "two.iso",
+            "--user-data",
+            "-",
+            "--network-config",
+            "-",
+        ],
         Some(b"#cloud-config\n"),
     );
 
@@ -364,8 +375,21 @@ fn dry_run_kernel_fifo_refused() {
     let e = env();
     mkfifo(&e.m().join("vmlinuz"));
 
-    e.run(&["vm", "create", "x", "--disk", "base.raw", "--backend", "qemu", "--kernel", "vmlinuz", "--dry-run"])
-        .refused(&["--kernel", "FIFO"]);
+    e.run(&[
+        "vm",
+        "create",
+        "x",
+        "--disk",
+        "base.raw",
+        "--backend",
+        "qemu",
+        "--kernel",
+        "vmlinuz",
+        "--cmdline",
+        "console=ttyS0",
+        "--dry-run",
+    ])
+    .refused(&["--kernel", "FIFO"]);
 }
 
 /// Issue 21.14: `manifest validate` accepted overrides that `apply --dry-run` refused; it now

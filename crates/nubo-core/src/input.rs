@@ -52,7 +52,9 @@ pub enum InputError {
     },
     #[error("{what} is `-`, but standard input is already read for {first}: only one input per command can be `-`; give the other as a file or `<(...)`")]
     StdinTwice { what: String, first: String },
-    #[error("{what} is `-`, but standard input is a terminal: pipe or redirect the input (`... | nubo ...`, `< file`)")]
+    #[error(
+        "{what} is `-`, but standard input is a terminal: pipe or redirect the input (`... | nubo ...`, `< file`)"
+    )]
     StdinTerminal { what: String },
 }
 
@@ -150,7 +152,9 @@ fn read_stream(fd: RawFd, what: &str, path: &Path, max: u64) -> Result<Vec<u8>, 
         })? {
             return Err(timed_out(why, limit));
         }
-        let room = usize::try_from(max + 1 - out.len() as u64).unwrap_or(usize::MAX).min(buf.len());
+        let room = usize::try_from(max + 1 - out.len() as u64)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
         // SAFETY: `buf` is valid for `room <= buf.len()` bytes; `fd` is open for the call.
         #[allow(unsafe_code)]
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), room) };
@@ -306,9 +310,6 @@ mod tests {
 
         let err = read_small_input(Path::new("-"), "--network-config", 10).unwrap_err();
 
-        assert!(
-            err.to_string().contains("already read for --user-data"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("already read for --user-data"), "{err}");
     }
 }

@@ -27,8 +27,8 @@ pub use error::{ManifestError, ManifestErrors};
 pub use fields::manifest_paths;
 pub use load::{load, MAX_FILES};
 pub use lower::{lower, Files, HostFiles, Lowered, MAX_KEY_FILE, MICROVM_BACKENDS};
-pub use restrict::LoadRestrictor;
 pub use parse::{parse, Document, Source, MAX_DOCUMENTS, MAX_MANIFEST};
+pub use restrict::LoadRestrictor;
 pub use suggest::{did_you_mean, nearest};
 pub use types::{Kind, API_VERSION, KINDS, WORKLOAD_TYPES};
 

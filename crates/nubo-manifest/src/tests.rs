@@ -645,7 +645,9 @@ fn corpus_spec_error_in_key_file_names_entry_and_line() {
     let e = read_all(&[source(&text)], &f).unwrap_err().to_string();
 
     assert!(
-        e.starts_with("vm.yaml:10:9: spec.cloudInit.sshKeys[1]: the key on line 2 of /m/keys: is not a public key line"),
+        e.starts_with(
+            "vm.yaml:10:9: spec.cloudInit.sshKeys[1]: the key on line 2 of /m/keys: is not a public key line"
+        ),
         "{e}"
     );
 }
@@ -702,7 +704,10 @@ fn corpus_key_file_outside_manifest_dir_refused() {
 
     let e = read_all(&[source(&text)], &files()).unwrap_err().to_string();
 
-    assert!(e.contains("spec.cloudInit.sshKeys[0]: /etc/shadow is outside /m"), "{e}");
+    assert!(
+        e.contains("spec.cloudInit.sshKeys[0]: /etc/shadow is outside /m"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! Which user-data nubo passes to a guest: only what cloud-init would act on. Passing anything
 //! else through means a VM that boots "fine" and silently ignores its configuration.
 
-
 use crate::error::SeedError;
 use crate::yaml::{check_bounded, Limits, TopLevel};
 
@@ -22,7 +21,6 @@ const OTHER_HEADERS: &[&str] = &[
 
 /// MIME multipart starts with one of these headers (matched without regard to case).
 const MIME_HEADERS: &[&str] = &["content-type:", "mime-version:"];
-
 
 /// Refuses user-data that is not `#cloud-config`, a `#!` script, MIME multipart or gzip (or one of
 /// cloud-init's other documented headers); a `#cloud-config` must be one YAML mapping within

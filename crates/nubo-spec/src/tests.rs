@@ -204,7 +204,8 @@ fn validate_ssh_key_unknown_type_reports_index() {
     let mut s = spec();
     s.cloud_init.ssh_keys = vec![KEY.into(), "ssh-foo AAAA x".into()];
 
-    assert!(message(&s).starts_with("spec.cloudInit.sshKeys[1]: is not a public key line: it does not start with a key type"));
+    assert!(message(&s)
+        .starts_with("spec.cloudInit.sshKeys[1]: is not a public key line: it does not start with a key type"));
 }
 
 #[test]

@@ -177,11 +177,16 @@ fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
         if !KEY_TYPES.iter().any(|t| line.starts_with(t)) {
             if arg.starts_with('@') {
                 // A file's line is never quoted: it may be a secret (`@/etc/shadow`).
-                bail!("{origin}: line {} is not an OpenSSH public key (ssh-ed25519 AAAA...): give the `.pub` file", n + 1);
+                bail!(
+                    "{origin}: line {} is not an OpenSSH public key (ssh-ed25519 AAAA...): give the `.pub` file",
+                    n + 1
+                );
             }
             let shown: String = line.chars().take(30).collect();
             let shown = escape_control(&shown);
-            bail!("{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH");
+            bail!(
+                "{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH"
+            );
         }
         keys.push(line.to_owned());
     }
