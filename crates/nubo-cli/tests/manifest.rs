@@ -247,8 +247,10 @@ fn readme_manifest_example_validates() {
         .next()
         .unwrap();
     let home = e.dir.path().join("home");
-    std::fs::create_dir_all(home.join(".ssh")).unwrap();
-    std::fs::write(home.join(".ssh/id_ed25519.pub"), "ssh-ed25519 AAAAreadme you@laptop\n").unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    // The example's key file lies below the manifest, as the load restriction asks (issue 21.3).
+    std::fs::create_dir_all(e.m().join("keys")).unwrap();
+    std::fs::write(e.m().join("keys/id_ed25519.pub"), "ssh-ed25519 AAAAreadme you@laptop\n").unwrap();
     let file = e.write("web.yaml", block);
 
     let o = Command::new(env!("CARGO_BIN_EXE_nubo"))

@@ -8,6 +8,7 @@ pub mod error;
 pub mod file;
 pub mod fsmode;
 pub mod hex;
+pub mod input;
 pub mod name;
 pub mod roots;
 pub mod size;

@@ -2,7 +2,6 @@
 //! `SSL_CERT_FILE` names, which replaces it as in OpenSSL) plus any `--ca-cert` files. The
 //! caller resolves those paths; this module reads no environment.
 
-use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -162,11 +161,35 @@ pub struct TlsSettings {
     pub extra_ca: Vec<PathBuf>,
 }
 
+/// The largest CA bundle read: system bundles are a few hundred KiB.
+const MAX_CA_FILE: u64 = 16 << 20;
+
+/// What a non-regular CA path is, without repeating the path the caller's error names.
+fn kind_of(e: &nubo_core::FileError) -> String {
+    match e {
+        nubo_core::FileError::NotRegular { kind, .. } => format!("{kind}, not a regular file"),
+        other => other.to_string(),
+    }
+}
+
 fn load_pem(path: &Path, out: &mut Vec<Certificate<'static>>) -> Result<(), PullError> {
-    let bytes = fs::read(path).map_err(|source| PullError::CaFile {
+    // Bounded and regular files only: `--ca-cert /dev/zero` must not read until memory runs out.
+    let ca_err = |source| PullError::CaFile {
         path: path.to_path_buf(),
         source,
+    };
+    let file = nubo_core::file::open_regular(path, "CA file").map_err(|e| match e {
+        nubo_core::FileError::Io { error, .. } => ca_err(error),
+        other => ca_err(std::io::Error::new(std::io::ErrorKind::InvalidInput, kind_of(&other))),
     })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_CA_FILE + 1).read_to_end(&mut bytes).map_err(ca_err)?;
+    if bytes.len() as u64 > MAX_CA_FILE {
+        return Err(ca_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("larger than the {MAX_CA_FILE} bytes nubo reads for a CA file"),
+        )));
+    }
     let before = out.len();
     for item in ureq::tls::parse_pem(&bytes) {
         // A bundle with one unreadable entry still has the rest; an empty result is the error.

@@ -18,6 +18,7 @@ pub mod index;
 mod load;
 mod lower;
 mod parse;
+pub mod restrict;
 pub mod schema;
 mod suggest;
 pub mod types;
@@ -27,6 +28,7 @@ pub use fields::manifest_paths;
 pub use load::{load, MAX_FILES};
 pub use lower::{lower, Files, HostFiles, Lowered, MAX_KEY_FILE, MICROVM_BACKENDS};
 pub use parse::{parse, Document, Source, MAX_DOCUMENTS, MAX_MANIFEST};
+pub use restrict::LoadRestrictor;
 pub use suggest::{did_you_mean, nearest};
 pub use types::{Kind, API_VERSION, KINDS, WORKLOAD_TYPES};
 

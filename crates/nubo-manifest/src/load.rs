@@ -76,8 +76,9 @@ pub fn load(arg: &Path, stdin: &mut dyn Read, cwd: &Path) -> Result<Vec<Source>,
 
 fn file(path: &Path, cwd: &Path) -> Result<Source, ManifestErrors> {
     let shown = path.display().to_string();
-    let bytes =
-        nubo_core::file::read_bounded(path, "manifest", MAX_MANIFEST).map_err(|e| refused(&shown, e.to_string()))?;
+    // A regular file, or a pipe (`-f <(generate)`), bounded in size and time.
+    let bytes = nubo_core::input::read_small_input(path, "manifest", MAX_MANIFEST)
+        .map_err(|e| refused(&shown, e.to_string()))?;
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {

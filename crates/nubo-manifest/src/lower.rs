@@ -16,6 +16,7 @@ use nubo_spec::{
 use crate::error::{ManifestError, ManifestErrors};
 use crate::fields::{manifest_paths, manifest_suffix};
 use crate::parse::Document;
+use crate::restrict::LoadRestrictor;
 use crate::types::{CloudInitDoc, Kind, KindSpec, MachineDoc, MicrovmDoc, VirtualMachineSpec, WorkloadSpec};
 
 /// The largest `@file` of SSH keys read: an authorized_keys file with many keys (as `vm create`).
@@ -31,12 +32,19 @@ pub trait Files {
     fn read(&self, path: &Path, what: &str, max: u64) -> Result<Vec<u8>, String>;
     /// The directory `~/` stands for, if known.
     fn home(&self) -> Option<PathBuf>;
+    /// `path` (absolute), as it is to be opened, when a manifest whose directory is `root` may
+    /// name it ([`crate::restrict`]); the default judges the text alone and touches no file.
+    fn confine(&self, root: &Path, path: &Path) -> Result<PathBuf, String> {
+        crate::restrict::confine_lexical(root, path)
+    }
 }
 
-/// The host's files through `nubo_core::file::read_bounded` (no FIFO, device or directory).
+/// The host's files through `nubo_core::file::read_bounded` (no FIFO, device or directory),
+/// confined to the manifest's directory tree unless `restrictor` is [`LoadRestrictor::None`].
 #[derive(Debug, Clone)]
 pub struct HostFiles {
     pub home: Option<PathBuf>,
+    pub restrictor: LoadRestrictor,
 }
 
 impl Files for HostFiles {
@@ -46,6 +54,13 @@ impl Files for HostFiles {
 
     fn home(&self) -> Option<PathBuf> {
         self.home.clone()
+    }
+
+    fn confine(&self, root: &Path, path: &Path) -> Result<PathBuf, String> {
+        match self.restrictor {
+            LoadRestrictor::RootOnly => crate::restrict::confine(root, path),
+            LoadRestrictor::None => Ok(path.to_path_buf()),
+        }
     }
 }
 
@@ -353,8 +368,15 @@ impl Cx<'_> {
         }
     }
 
-    /// A path as the manifest writes it, made absolute against the manifest's directory.
+    /// A path as the manifest writes it, made absolute against the manifest's directory, and
+    /// refused (an error at `at`) when the load restriction forbids it.
     fn path(&mut self, at: &str, text: &str) -> PathBuf {
+        self.resolve(at, text).0
+    }
+
+    /// The path as written, made absolute, and the path to open (after symlinks, when the load
+    /// restriction resolved them), or `None` when it is refused (the error is recorded).
+    fn resolve(&mut self, at: &str, text: &str) -> (PathBuf, Option<PathBuf>) {
         let joined = if text == "~" || text.starts_with("~/") {
             match self.files.home() {
                 Some(h) => h.join(text.trim_start_matches('~').trim_start_matches('/')),
@@ -363,7 +385,7 @@ impl Cx<'_> {
                         at,
                         "uses `~`, but no home directory is known (HOME is unset): write the path in full",
                     );
-                    return PathBuf::from(text);
+                    return (PathBuf::from(text), None);
                 }
             }
         } else {
@@ -372,9 +394,16 @@ impl Cx<'_> {
         // Only `.` components are dropped (symlinks are not resolved); an empty text stays empty
         // for the spec's own check to name.
         if text.is_empty() {
-            return PathBuf::new();
+            return (PathBuf::new(), Some(PathBuf::new()));
         }
-        std::path::absolute(&joined).unwrap_or(joined)
+        let abs = std::path::absolute(&joined).unwrap_or(joined);
+        match self.files.confine(&self.doc.dir, &abs) {
+            Ok(open) => (abs, Some(open)),
+            Err(e) => {
+                self.err(at, e);
+                (abs, None)
+            }
+        }
     }
 
     fn size(&mut self, at: &str, text: Option<&str>) -> Option<ByteSize> {
@@ -423,8 +452,9 @@ impl Cx<'_> {
                     self.key_origin.push(KeyOrigin { entry: i, file: None });
                 }
                 Some(p) => {
-                    let path = self.path(&entry_at, p);
-                    let text = match self.files.read(&path, "SSH public key file", MAX_KEY_FILE) {
+                    let (path, open) = self.resolve(&entry_at, p);
+                    let Some(open) = open else { continue };
+                    let text = match self.files.read(&open, "SSH public key file", MAX_KEY_FILE) {
                         Ok(bytes) => String::from_utf8(bytes)
                             .map_err(|_| format!("{} is not text: give the `.pub` file", path.display())),
                         Err(e) => Err(e),
@@ -483,8 +513,8 @@ impl Cx<'_> {
             (Some(text), None) => Some(Payload::new(text.as_bytes().to_vec())),
             (None, Some(f)) => {
                 let file_at = format!("{at}.{key}File");
-                let path = self.path(&file_at, f);
-                match self.files.read(&path, what, nubo_spec::limits::MAX_PAYLOAD) {
+                let (_, open) = self.resolve(&file_at, f);
+                match self.files.read(&open?, what, nubo_spec::limits::MAX_PAYLOAD) {
                     Ok(bytes) => Some(Payload::new(bytes)),
                     Err(e) => {
                         self.err(&file_at, e);

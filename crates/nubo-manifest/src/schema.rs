@@ -170,7 +170,7 @@ pub fn schema() -> Value {
                 "type": "object", "additionalProperties": false, "required": ["type"],
                 "properties": {
                     "type": { "enum": crate::types::WORKLOAD_TYPES },
-                    "backend": { "enum": ["qemu", "cloud-hypervisor"], "description": "a backend with a microVM machine (default qemu)" },
+                    "backend": { "enum": ["qemu", "cloud-hypervisor"], "description": "a backend with a microVM machine; absent: nubo's selection precedence (cloud-hypervisor where installed, else QEMU's microvm machine)" },
                     "microvm": { "type": "object", "additionalProperties": false, "properties": micro }
                 }
             }))

@@ -10,7 +10,8 @@ use nubo_spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Networ
 
 use super::*;
 
-/// Files in memory, so lowering tests read no host file.
+/// Files in memory, so lowering tests read no host file. Home is inside `/m`, the manifests'
+/// directory, so `~/` paths pass the default (lexical) load restriction.
 struct MemFiles(HashMap<PathBuf, Vec<u8>>);
 
 impl Files for MemFiles {
@@ -23,7 +24,7 @@ impl Files for MemFiles {
     }
 
     fn home(&self) -> Option<PathBuf> {
-        Some(PathBuf::from("/home/u"))
+        Some(PathBuf::from("/m/home/u"))
     }
 }
 
@@ -36,7 +37,7 @@ fn files() -> MemFiles {
         (PathBuf::from("/m/net.yaml"), b"version: 2\n".to_vec()),
         (PathBuf::from("/m/vendor.yaml"), b"#cloud-config\n".to_vec()),
         (
-            PathBuf::from("/home/u/.ssh/id_ed25519.pub"),
+            PathBuf::from("/m/home/u/.ssh/id_ed25519.pub"),
             b"# mine\nssh-ed25519 AAAAfile me@host\n\nssh-rsa AAAArsa other\n".to_vec(),
         ),
     ]))
@@ -178,7 +179,7 @@ fn lower_boot_kernel_initrd_cmdline() {
         spec.boot,
         Some(KernelBoot {
             kernel: "/m/vmlinuz".into(),
-            initrd: Some("/home/u/initrd.img".into()),
+            initrd: Some("/m/home/u/initrd.img".into()),
             cmdline: Some("root=/dev/vda1 console=ttyS0".into()),
         })
     );
@@ -644,7 +645,9 @@ fn corpus_spec_error_in_key_file_names_entry_and_line() {
     let e = read_all(&[source(&text)], &f).unwrap_err().to_string();
 
     assert!(
-        e.starts_with("vm.yaml:10:9: spec.cloudInit.sshKeys[1]: the key on line 2 of /m/keys: starts with `not-a-key`"),
+        e.starts_with(
+            "vm.yaml:10:9: spec.cloudInit.sshKeys[1]: the key on line 2 of /m/keys: is not a public key line"
+        ),
         "{e}"
     );
 }
@@ -681,4 +684,37 @@ fn corpus_empty_file_refused() {
         e,
         "vm.yaml:1:1: the file holds no document: write a manifest (`nubo manifest schema` describes them)"
     );
+}
+
+#[test]
+fn corpus_file_outside_manifest_dir_refused_at_its_key() {
+    let text = vm("  image: debian:12\n  cloudInit:\n    networkConfigFile: ../../../etc/shadow\n");
+
+    let e = read_all(&[source(&text)], &files()).unwrap_err().to_string();
+
+    assert!(
+        e.starts_with("vm.yaml:8:5: spec.cloudInit.networkConfigFile: /m/../../../etc/shadow is outside /m"),
+        "{e}"
+    );
+}
+
+#[test]
+fn corpus_key_file_outside_manifest_dir_refused() {
+    let text = vm("  image: debian:12\n  cloudInit:\n    sshKeys: [\"@/etc/shadow\"]\n");
+
+    let e = read_all(&[source(&text)], &files()).unwrap_err().to_string();
+
+    assert!(
+        e.contains("spec.cloudInit.sshKeys[0]: /etc/shadow is outside /m"),
+        "{e}"
+    );
+}
+
+#[test]
+fn corpus_disk_outside_manifest_dir_refused() {
+    let text = vm("  disk: /var/lib/other.qcow2\n");
+
+    let e = read_all(&[source(&text)], &files()).unwrap_err().to_string();
+
+    assert!(e.contains("spec.disk: /var/lib/other.qcow2 is outside /m"), "{e}");
 }

@@ -204,7 +204,8 @@ fn validate_ssh_key_unknown_type_reports_index() {
     let mut s = spec();
     s.cloud_init.ssh_keys = vec![KEY.into(), "ssh-foo AAAA x".into()];
 
-    assert!(message(&s).starts_with("spec.cloudInit.sshKeys[1]: starts with `ssh-foo`, not a key type"));
+    assert!(message(&s)
+        .starts_with("spec.cloudInit.sshKeys[1]: is not a public key line: it does not start with a key type"));
 }
 
 #[test]
@@ -778,4 +779,40 @@ proptest! {
         let same_vm = VmSpec { boot_timeout: None, ..a.clone() } == VmSpec { boot_timeout: None, ..b.clone() };
         prop_assert_eq!(d.is_empty(), same_vm);
     }
+}
+
+/// A billion-node alias bomb (issue 21 item 10): nine levels of ten aliases each.
+fn alias_bomb(header: &str) -> Vec<u8> {
+    let mut t = format!("{header}a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        t.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    t.into_bytes()
+}
+
+#[test]
+fn validate_network_config_alias_bomb_is_refused() {
+    let mut s = spec();
+    s.cloud_init.network_config = Some(Payload::new(alias_bomb("")));
+
+    assert_eq!(paths(&s), ["spec.cloudInit.networkConfig"]);
+}
+
+#[test]
+fn validate_vendor_data_alias_bomb_is_refused() {
+    let mut s = spec();
+    s.cloud_init.vendor_data = Some(Payload::new(alias_bomb("#cloud-config\n")));
+
+    assert_eq!(paths(&s), ["spec.cloudInit.vendorData"]);
+}
+
+#[test]
+fn validate_ssh_key_secret_line_is_not_quoted() {
+    let mut s = spec();
+    s.cloud_init.ssh_keys = vec!["root:$6$SECRETMARKER:19000:0:99999:7:::".into()];
+
+    assert!(!message(&s).contains("SECRETMARKER"), "{}", message(&s));
 }

@@ -439,11 +439,21 @@ fn cloud_init(c: &CloudInitSpec, e: &mut Vec<FieldError>) {
             }
         }
     }
+    // The same bounded YAML checks `seed build` makes, so an alias bomb is refused on every
+    // path that puts YAML into a seed (flags, manifests, inline or from a file).
     if let Some(p) = &c.network_config {
-        payload(Field::CloudInitNetworkConfig, p, e);
+        if let Some(bytes) = payload(Field::CloudInitNetworkConfig, p, e) {
+            if let Err(err) = nubo_seed::validate_network_config(bytes) {
+                e.push(FieldError::new(Field::CloudInitNetworkConfig, err.to_string()));
+            }
+        }
     }
     if let Some(p) = &c.vendor_data {
-        payload(Field::CloudInitVendorData, p, e);
+        if let Some(bytes) = payload(Field::CloudInitVendorData, p, e) {
+            if let Err(err) = nubo_seed::validate_vendor_data(bytes) {
+                e.push(FieldError::new(Field::CloudInitVendorData, err.to_string()));
+            }
+        }
     }
 }
 
@@ -497,9 +507,9 @@ fn ssh_key_problem(key: &str) -> Option<String> {
         } else {
             "give a public key line (the `.pub` file)"
         };
+        // Never quoted: a line that is not a key may be a secret (`@/etc/shadow`, a private key).
         return Some(format!(
-            "starts with `{}`, not a key type ({}): {hint}",
-            shown(kind),
+            "is not a public key line: it does not start with a key type ({}): {hint}",
             SSH_KEY_TYPES.join(", ")
         ));
     }

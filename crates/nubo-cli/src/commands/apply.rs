@@ -62,7 +62,7 @@ struct Report {
 pub fn run(a: &ApplyArgs, settings: &Settings) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let engine = super::vm::engine(settings);
-    let lowered = super::manifest::read(&a.file, settings)?;
+    let lowered = super::manifest::read(&a.file, settings, a.load_restrictor)?;
     let notes = super::manifest::check(&lowered, &engine)?;
     let mut reports = Vec::new();
     let mut errors = Vec::new();

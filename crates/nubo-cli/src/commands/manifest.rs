@@ -5,7 +5,7 @@ use std::path::Path;
 
 use nubo_engine::apply::References;
 use nubo_engine::{Engine, EngineError};
-use nubo_manifest::{Document, HostFiles, Lowered, ManifestErrors};
+use nubo_manifest::{Document, HostFiles, LoadRestrictor, Lowered, ManifestErrors};
 
 use crate::cli::manifest::ManifestCmd;
 use crate::settings::Settings;
@@ -15,8 +15,9 @@ pub fn run(cmd: ManifestCmd, settings: &Settings) -> anyhow::Result<()> {
         ManifestCmd::Schema => crate::output::print_json(&nubo_manifest::schema::schema()),
         ManifestCmd::Validate(a) => {
             let engine = super::vm::engine(settings);
-            let lowered = read(&a.file, settings)?;
+            let lowered = read(&a.file, settings, a.load_restrictor)?;
             let notes = check(&lowered, &engine)?;
+            plan(&lowered, &notes, &engine)?;
             for (l, notes) in lowered.iter().zip(notes) {
                 println!("{}: {} `{}` is valid", l.doc.file, l.kind().as_str(), l.spec.name);
                 for n in notes.notes {
@@ -30,7 +31,21 @@ pub fn run(cmd: ManifestCmd, settings: &Settings) -> anyhow::Result<()> {
 
 fn sources(file: &Path) -> Result<Vec<nubo_manifest::Source>, ManifestErrors> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| Path::new("/").to_path_buf());
-    nubo_manifest::load(file, &mut std::io::stdin().lock(), &cwd)
+    if file == Path::new("-") {
+        // Standard input through the one bounded reader (a pipe that never ends, or a second
+        // `-` in the same command, is refused there).
+        let bytes = nubo_core::input::read_small_input(file, "manifest", nubo_manifest::MAX_MANIFEST).map_err(|e| {
+            ManifestErrors::one(nubo_manifest::ManifestError {
+                file: "-".into(),
+                line: 1,
+                column: 1,
+                path: None,
+                message: e.to_string(),
+            })
+        })?;
+        return nubo_manifest::load(file, &mut bytes.as_slice(), &cwd);
+    }
+    nubo_manifest::load(file, &mut std::io::empty(), &cwd)
 }
 
 /// Every document of `file`, parsed (for `delete`: names only, no file it names is read).
@@ -38,10 +53,12 @@ pub fn documents(file: &Path) -> anyhow::Result<Vec<Document>> {
     Ok(nubo_manifest::parse_all(&sources(file)?)?)
 }
 
-/// Every document of `file`, lowered to its VmSpec and validated.
-pub fn read(file: &Path, settings: &Settings) -> anyhow::Result<Vec<Lowered>> {
+/// Every document of `file`, lowered to its VmSpec and validated; the files a manifest names
+/// are confined by `restrictor` (see [`nubo_manifest::restrict`]).
+pub fn read(file: &Path, settings: &Settings, restrictor: LoadRestrictor) -> anyhow::Result<Vec<Lowered>> {
     let files = HostFiles {
         home: settings.home.clone(),
+        restrictor,
     };
     Ok(nubo_manifest::read_all(&sources(file)?, &files)?)
 }
@@ -65,6 +82,22 @@ pub fn check(lowered: &[Lowered], engine: &Engine) -> Result<Vec<References>, Ma
     }
     ManifestErrors::check(errors)?;
     Ok(notes)
+}
+
+/// Plans every document as `apply --dry-run` does (capabilities, backend checks, overrides,
+/// the files a create opens), writing, locking and pulling nothing; a document whose image is
+/// still to be pulled cannot be planned and is left to `check`'s note.
+pub fn plan(lowered: &[Lowered], refs: &[References], engine: &Engine) -> Result<(), ManifestErrors> {
+    let mut errors = Vec::new();
+    for (l, r) in lowered.iter().zip(refs) {
+        if r.pull_first {
+            continue;
+        }
+        if let Err(e) = engine.dry_run(&l.spec) {
+            errors.extend(engine_error(l, e).into_errors());
+        }
+    }
+    ManifestErrors::check(errors)
 }
 
 /// An engine error about `l`'s VM, at the key it concerns (a field error) or at the document.

@@ -60,6 +60,10 @@ fn registry_name(s: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The longest password or token read from standard input: registry tokens (JWTs included)
+/// are well under this.
+const MAX_PASSWORD: u64 = 8 * 1024;
+
 fn login(a: &LoginArgs, settings: &Settings) -> anyhow::Result<()> {
     let registry = registry_name(&a.registry)?;
     let username = match &a.username {
@@ -68,11 +72,11 @@ fn login(a: &LoginArgs, settings: &Settings) -> anyhow::Result<()> {
         None => bail!("no username: pass -u USER"),
     };
     let password = if a.password_stdin {
-        let mut line = String::new();
-        std::io::stdin()
-            .lock()
-            .read_line(&mut line)
-            .context("reading the password from stdin")?;
+        // Bounded: `</dev/zero` or an endless pipe is refused at the bound, not read until killed.
+        let bytes = nubo_core::input::read_small_input(std::path::Path::new("-"), "--password-stdin", MAX_PASSWORD)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| anyhow::anyhow!("--password-stdin: the password is not UTF-8 text"))?;
+        let line = text.lines().next().unwrap_or_default();
         line.trim_end_matches(['\n', '\r']).to_owned()
     } else if settings.stdin_tty {
         read_hidden("password: ")?

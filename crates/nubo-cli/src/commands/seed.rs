@@ -136,10 +136,10 @@ fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
 /// The seed's file mode: it may hold secrets (passwords, tokens in user-data).
 const SEED_MODE: u32 = 0o600;
 
-/// The whole of input file `path`, refused at once when it is not a regular file (a FIFO, a
-/// device such as `/dev/zero`, a directory) or is over `max` bytes.
+/// The whole of input `path` (a regular file, a pipe or FIFO, or `-` for standard input),
+/// refused when it is a device or a directory, is over `max` bytes, or a pipe stays silent.
 fn read_input(path: &Path, what: &str, max: u64) -> anyhow::Result<Vec<u8>> {
-    Ok(nubo_core::file::read_bounded(path, &format!("{what} file"), max)?)
+    Ok(nubo_core::input::read_small_input(path, what, max)?)
 }
 
 /// Prefixes of OpenSSH public key lines (`ssh-keygen -l` knows no others).
@@ -164,19 +164,30 @@ fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
     if text.contains("PRIVATE KEY") {
         bail!("{origin} holds a private key: pass the public one (the `.pub` file)");
     }
-    let keys: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(str::to_owned)
-        .collect();
+    let mut keys = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if !KEY_TYPES.iter().any(|t| line.starts_with(t)) {
+            if arg.starts_with('@') {
+                // A file's line is never quoted: it may be a secret (`@/etc/shadow`).
+                bail!(
+                    "{origin}: line {} is not an OpenSSH public key (ssh-ed25519 AAAA...): give the `.pub` file",
+                    n + 1
+                );
+            }
+            let shown: String = line.chars().take(30).collect();
+            let shown = escape_control(&shown);
+            bail!(
+                "{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH"
+            );
+        }
+        keys.push(line.to_owned());
+    }
     if keys.is_empty() {
         bail!("{origin} has no public key: expected a line such as `ssh-ed25519 AAAA... user@host`");
-    }
-    if let Some(bad) = keys.iter().find(|k| !KEY_TYPES.iter().any(|t| k.starts_with(t))) {
-        let shown: String = bad.chars().take(30).collect();
-        let shown = escape_control(&shown);
-        bail!("{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH");
     }
     Ok(keys)
 }
@@ -339,14 +350,26 @@ mod tests {
     }
 
     #[test]
-    fn ssh_keys_fifo_file_is_refused_without_blocking() {
+    fn ssh_keys_fifo_without_writer_is_refused_without_hanging() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&p).status().unwrap().success());
 
         let err = ssh_keys(&format!("@{}", p.display())).unwrap_err();
 
-        assert!(format!("{err:#}").contains("FIFO"), "{err:#}");
+        assert!(format!("{err:#}").contains("nothing was written"), "{err:#}");
+    }
+
+    #[test]
+    fn ssh_keys_secret_file_line_is_not_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("shadow");
+        std::fs::write(&p, "root:$6$SECRETMARKER:19000:0:99999:7:::\n").unwrap();
+
+        let err = ssh_keys(&format!("@{}", p.display())).unwrap_err();
+
+        assert!(!format!("{err:#}").contains("SECRETMARKER"), "{err:#}");
+        assert!(format!("{err:#}").contains("line 1"), "{err:#}");
     }
 
     #[test]

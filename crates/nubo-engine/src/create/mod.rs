@@ -43,7 +43,10 @@ impl Engine {
     /// [`plan`](Self::plan) for a dry run: the same code path, minus every write (an image
     /// that is not local is not pulled; the plan says so by failing with the command to run).
     pub fn dry_run(&self, spec: &VmSpec) -> Result<Plan, EngineError> {
-        Ok(self.plan_with(spec, false, &mut |_| {})?.0)
+        let (plan, _) = self.plan_with(spec, false, &mut |_| {})?;
+        // The file checks a create makes (a FIFO or device as `--kernel` is refused), read-only.
+        self.inputs(spec, &plan)?;
+        Ok(plan)
     }
 
     fn plan_with(

@@ -1,6 +1,7 @@
 //! Manifests are untrusted text (`nubo apply -f -` reads anything): parsing and lowering must
 //! return an error, never panic, loop or allocate without bound. Lowering reads files through
-//! a `Files` that answers from memory, so the fuzzer never opens a host file.
+//! a `Files` that answers from memory, so the fuzzer never opens a host file, and asserts that
+//! no path outside the manifest's directory (`/m`) is ever asked for.
 #![no_main]
 
 use std::path::{Path, PathBuf};
@@ -12,6 +13,12 @@ struct NoFiles;
 
 impl Files for NoFiles {
     fn read(&self, path: &Path, _what: &str, _max: u64) -> Result<Vec<u8>, String> {
+        // The load restriction (issue 21.3): nothing outside the manifest's directory is read.
+        assert!(
+            path.starts_with("/m") && !path.components().any(|c| c == std::path::Component::ParentDir),
+            "read outside the manifest's tree: {}",
+            path.display()
+        );
         if path.ends_with("keys.pub") {
             return Ok(b"ssh-ed25519 AAAA fuzz\n".to_vec());
         }

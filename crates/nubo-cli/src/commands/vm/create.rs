@@ -113,7 +113,8 @@ fn flagged(e: EngineError) -> anyhow::Error {
     }
 }
 
-/// The VmSpec `vm create`'s flags describe. Files are read here (bounded, regular files only);
+/// The VmSpec `vm create`'s flags describe. Small inputs are read here (bounded; a regular
+/// file, a pipe or `-`);
 /// everything else is checked by the spec's own validation and the engine's plan.
 pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
     let name = VmName::parse(&a.name)?;
@@ -130,8 +131,7 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
         _ => anyhow::bail!("give one of --image, --disk and --url-img"),
     };
     let read = |flag: &str, p: &Path| -> anyhow::Result<Payload> {
-        let bytes =
-            nubo_core::file::read_bounded(p, flag, nubo_spec::limits::MAX_PAYLOAD).with_context(|| flag.to_owned())?;
+        let bytes = nubo_core::input::read_small_input(p, flag, nubo_spec::limits::MAX_PAYLOAD)?;
         Ok(Payload::new(bytes))
     };
     let mut ssh_keys = Vec::new();
@@ -233,30 +233,51 @@ fn absolute(p: &Path) -> anyhow::Result<std::path::PathBuf> {
     std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))
 }
 
-/// `--ssh-key KEY` or `--ssh-key @FILE` (every key line of the file, like authorized_keys).
+/// `--ssh-key KEY` or `--ssh-key @FILE` (every key line of the file, like authorized_keys; `@-`
+/// and `@<(...)` read a pipe). A bad line of a file is named by its line number, never quoted: it
+/// may be a secret (`@/etc/shadow`, a private key).
 fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
+    let known = |k: &str| {
+        let kind = k.split_whitespace().next().unwrap_or("");
+        kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-")
+    };
     let keys: Vec<String> = match arg.strip_prefix('@') {
         Some(path) => {
-            let bytes = nubo_core::file::read_bounded(Path::new(path), "--ssh-key file", MAX_KEY_FILE)?;
-            let text = String::from_utf8(bytes).map_err(|_| anyhow::anyhow!("--ssh-key file {path} is not text"))?;
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                .map(str::to_owned)
-                .collect()
+            let bytes = nubo_core::input::read_small_input(Path::new(path), "--ssh-key file", MAX_KEY_FILE)?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!(
+                    "--ssh-key file {} is not text: give the public key file (`.pub`)",
+                    nubo_core::file::escape_control(path)
+                )
+            })?;
+            let mut keys = Vec::new();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if !known(line) {
+                    anyhow::bail!(
+                        "--ssh-key file {}: line {} is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the .pub file",
+                        nubo_core::file::escape_control(path),
+                        n + 1
+                    );
+                }
+                keys.push(line.to_owned());
+            }
+            keys
         }
-        None => vec![arg.trim().to_owned()],
+        None => {
+            let k = arg.trim();
+            if !known(k) {
+                anyhow::bail!(
+                    "--ssh-key: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`); pass the .pub file with @",
+                    nubo_core::file::escape_control(&k.chars().take(40).collect::<String>())
+                );
+            }
+            vec![k.to_owned()]
+        }
     };
-    for k in &keys {
-        let kind = k.split_whitespace().next().unwrap_or("");
-        let known = kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-");
-        if !known {
-            anyhow::bail!(
-                "--ssh-key {arg}: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`); pass the .pub file with @",
-                nubo_core::file::escape_control(&k.chars().take(40).collect::<String>())
-            );
-        }
-    }
     if keys.is_empty() {
         anyhow::bail!("--ssh-key {arg}: the file holds no keys");
     }
@@ -315,7 +336,10 @@ mod tests {
             dir: dir.to_path_buf(),
             bytes: text.into_bytes(),
         };
-        let files = nubo_manifest::HostFiles { home: None };
+        let files = nubo_manifest::HostFiles {
+            home: None,
+            restrictor: nubo_manifest::LoadRestrictor::RootOnly,
+        };
         let mut l = nubo_manifest::read_all(&[src], &files).unwrap_or_else(|e| panic!("{e}"));
         l.remove(0).spec
     }
