@@ -433,7 +433,7 @@ mod tests {
             panic!("not vm create")
         };
 
-        let err = format!("{:#}", spec(&a, None, None).unwrap_err());
+        let err = format!("{:#}", spec(&a, Some("debian:12"), None).unwrap_err());
 
         assert!(err.contains("--publish") && err.contains("`80`"), "{err}");
     }
