@@ -55,6 +55,7 @@ impl FakeBackend {
                 pause: true,
                 direct_kernel: true,
                 efi: true,
+                port_forwards: true,
                 ..Capabilities::default()
             },
             fail_boot: Arc::new(Mutex::new(None)),

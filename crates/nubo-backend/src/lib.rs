@@ -15,6 +15,7 @@ pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod libvirt;
+pub mod ports;
 pub mod process;
 pub mod qemu;
 pub mod registry;
@@ -74,6 +75,8 @@ pub struct Capabilities {
     pub microvm: bool,
     /// Networks known by name ([`NetworkMode::Named`]).
     pub named_networks: bool,
+    /// Host ports forwarded to the guest ([`MachineSpec::ports`]).
+    pub port_forwards: bool,
     /// The per-backend option keys it accepts (`machine`, `accel`, ...).
     pub options: &'static [&'static str],
 }

@@ -112,6 +112,9 @@ pub struct MachineSpec {
     pub boot: Boot,
     pub machine: MachineKind,
     pub network: NetworkMode,
+    /// Host ports forwarded to the guest (user-mode networking); checked free before create.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<nubo_core::PortForward>,
     /// This backend's own options from the spec's per-backend overrides (validated by
     /// [`crate::Backend::check`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -5,7 +5,9 @@
 
 pub mod apply;
 mod chain;
+pub mod copy;
 pub mod create;
+pub mod default_image;
 pub mod error;
 pub mod host;
 pub mod lifecycle;
@@ -80,6 +82,9 @@ pub struct Engine {
 pub struct StoredSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_backend: Option<String>,
+    /// `nubo image default --set REF`: what `vm create NAME` boots without a source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_image: Option<String>,
 }
 
 /// How long a command waits for another command on the same VM before saying it is busy:
@@ -132,7 +137,8 @@ impl Engine {
         let id = name.map(|n| self.registry.resolve(n).map(|b| b.id())).transpose()?;
         let mut s = match self.settings() {
             Ok(s) => s,
-            // Setting or clearing the default replaces a corrupt file: it holds nothing else.
+            // Setting or clearing the default replaces a corrupt file (its other settings are
+            // lost with it: they could not be read anyway).
             Err(EngineError::CorruptSettings { .. }) => StoredSettings::default(),
             Err(e) => return Err(e),
         };

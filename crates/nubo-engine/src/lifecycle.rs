@@ -45,6 +45,8 @@ pub struct VmStatus {
     pub vcpus: u32,
     pub memory_mib: u64,
     pub ssh: Option<String>,
+    /// Published ports, `127.0.0.1:8080->80/tcp`.
+    pub ports: Vec<String>,
     pub created: String,
     pub uuid: String,
 }
@@ -117,9 +119,17 @@ impl Engine {
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let vm = rec.vm_ref(&dir);
-        if !backend.state(&vm)?.can(Verb::Stop) {
+        let state = backend.state(&vm)?;
+        if !state.can(Verb::Stop) {
             events(Event::Step(format!("vm `{name}` is already stopped")));
             return Ok(());
+        }
+        // A paused guest cannot hear the ACPI power button: it runs again first.
+        if state == VmState::Paused && !force {
+            events(Event::Step(format!(
+                "vm `{name}` is paused: resuming it so it can power off"
+            )));
+            backend.resume(&vm)?;
         }
         let mode = if force {
             StopMode::Force
@@ -134,6 +144,46 @@ impl Engine {
         }
         backend.stop(&vm, mode)?;
         events(Event::Step(format!("vm `{name}` stopped")));
+        Ok(())
+    }
+
+    /// Pauses a running VM: its vCPUs stop, its memory and devices stay (QMP `stop`, libvirt
+    /// suspend, Cloud Hypervisor `vm.pause`). Pausing a paused VM says so.
+    pub fn pause(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<(), EngineError> {
+        self.pause_or_resume(name, Verb::Pause, events)
+    }
+
+    /// Runs a paused VM again. Resuming a running VM says so.
+    pub fn resume(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<(), EngineError> {
+        self.pause_or_resume(name, Verb::Resume, events)
+    }
+
+    fn pause_or_resume(&self, name: &str, verb: Verb, events: &mut dyn FnMut(Event)) -> Result<(), EngineError> {
+        let (_lock, rec) = self.lock_existing(name)?;
+        let backend = self.backend_of(&rec)?;
+        let dir = self.roots.vm_dir(name);
+        let vm = rec.vm_ref(&dir);
+        let state = backend.state(&vm)?;
+        let (want, done) = match verb {
+            Verb::Pause => (VmState::Paused, "paused"),
+            _ => (VmState::Running, "resumed"),
+        };
+        if state == want {
+            events(Event::Step(format!("vm `{name}` is already {state}")));
+            return Ok(());
+        }
+        if !state.can(verb) {
+            return Err(EngineError::InvalidState {
+                name: name.to_owned(),
+                state: state.to_string(),
+                fix: format!("start it first: `nubo vm start {name}`"),
+            });
+        }
+        match verb {
+            Verb::Pause => backend.pause(&vm)?,
+            _ => backend.resume(&vm)?,
+        }
+        events(Event::Step(format!("vm `{name}` {done}")));
         Ok(())
     }
 
@@ -285,6 +335,7 @@ impl Engine {
                         vcpus: rec.machine.vcpus,
                         memory_mib: rec.machine.memory_mib,
                         ssh,
+                        ports: rec.machine.ports.iter().map(nubo_backend::ports::shown).collect(),
                         created: rec.created.clone(),
                         uuid: rec.uuid.clone(),
                         name,
@@ -298,6 +349,7 @@ impl Engine {
                     vcpus: 0,
                     memory_mib: 0,
                     ssh: None,
+                    ports: Vec::new(),
                     created: String::new(),
                     uuid: String::new(),
                 },

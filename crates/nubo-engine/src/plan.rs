@@ -58,6 +58,9 @@ pub struct Plan {
     pub boot: Boot,
     pub machine: MachineKind,
     pub network: NetworkMode,
+    /// Host ports forwarded to the guest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<nubo_core::PortForward>,
     pub options: std::collections::BTreeMap<String, String>,
     /// `None`: no seed at all (an appliance).
     pub seed: SeedPlan,
@@ -195,6 +198,17 @@ pub fn decide(
         ));
     }
     refuse_unsupported(backend.id(), &caps, &boot, machine, &network, &options)?;
+    if !spec.ports.is_empty() && !caps.port_forwards {
+        return Err(EngineError::spec(
+            Field::Ports,
+            nubo_backend::BackendError::unsupported(
+                backend.id(),
+                "port forwards",
+                "the qemu or libvirt backend (--backend qemu), or reach the guest at its own address",
+            )
+            .to_string(),
+        ));
+    }
 
     let hostname = ci.hostname.clone().unwrap_or_else(|| spec.name.to_string());
     let ssh_user = spec
@@ -225,6 +239,7 @@ pub fn decide(
             boot,
             machine,
             network,
+            ports: spec.ports.clone(),
             options,
             seed,
             hostname,

@@ -114,6 +114,17 @@ pub fn argv(
         key.display().to_string(),
         "-p".into(),
         addr.port().to_string(),
+    ];
+    a.extend(options(known_hosts, uuid));
+    a.extend(["--".into(), format!("{user}@{}", addr.ip())]);
+    a.extend(command.iter().cloned());
+    Ok(a)
+}
+
+/// The `-o` options `vm ssh` and `vm cp` share: only nubo's key, the VM's own pinned host key
+/// (under an alias of its UUID, so a changed forward port is not a new host), no ProxyCommand.
+fn options(known_hosts: &Path, uuid: &str) -> Vec<String> {
+    vec![
         "-o".into(),
         "IdentitiesOnly=yes".into(),
         "-o".into(),
@@ -129,15 +140,127 @@ pub fn argv(
         "-o".into(),
         // The user's ~/.ssh/config must not add a ProxyCommand or LocalCommand of its own.
         "ProxyCommand=none".into(),
-        "--".into(),
-        format!("{user}@{}", addr.ip()),
+    ]
+}
+
+/// Which way `vm cp` copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyDirection {
+    ToGuest,
+    FromGuest,
+}
+
+/// The `scp` command line for `vm cp`, with `vm ssh`'s key, host-key pinning and options.
+/// `-s` uses the SFTP protocol: the guest path is a file name, never read by a remote shell,
+/// so no quoting can run a command in the guest. Operands follow `--`, so a host path starting
+/// with `-` is not an option.
+#[allow(clippy::too_many_arguments)]
+pub fn scp_argv(
+    key: &Path,
+    known_hosts: &Path,
+    uuid: &str,
+    user: &str,
+    addr: SocketAddr,
+    recursive: bool,
+    direction: CopyDirection,
+    local: &Path,
+    guest_path: &str,
+) -> Result<Vec<String>, EngineError> {
+    if !valid_user(user) {
+        return Err(EngineError::spec(
+            nubo_spec::Field::SshUser,
+            format!(
+                "`{}` is not a portable user name (letters, digits, `_`, `.`, `-`, not starting with `-`): give another ssh user",
+                nubo_core::file::escape_control(user)
+            ),
+        ));
+    }
+    let mut a: Vec<String> = vec![
+        "scp".into(),
+        "-s".into(),
+        "-q".into(),
+        "-i".into(),
+        key.display().to_string(),
+        "-P".into(),
+        addr.port().to_string(),
     ];
-    a.extend(command.iter().cloned());
+    if recursive {
+        a.push("-r".into());
+    }
+    a.extend(options(known_hosts, uuid));
+    let host = match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    let remote = format!("{user}@{host}:{guest_path}");
+    let local = local.display().to_string();
+    a.push("--".into());
+    match direction {
+        CopyDirection::ToGuest => a.extend([local, remote]),
+        CopyDirection::FromGuest => a.extend([remote, local]),
+    }
     Ok(a)
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn scp_argv_to_guest_golden() {
+        let a = scp_argv(
+            Path::new("/k"),
+            Path::new("/v/known_hosts"),
+            "u-1",
+            "debian",
+            "127.0.0.1:40022".parse().unwrap(),
+            true,
+            CopyDirection::ToGuest,
+            Path::new("-local dir"),
+            "/tmp/x",
+        )
+        .unwrap();
+
+        assert_eq!(
+            a.join(" "),
+            "scp -s -q -i /k -P 40022 -r -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile=/v/known_hosts -o HostKeyAlias=nubo-u-1 -o LogLevel=ERROR -o ConnectTimeout=10 -o ProxyCommand=none -- -local dir debian@127.0.0.1:/tmp/x"
+        );
+    }
+
+    #[test]
+    fn scp_argv_from_guest_puts_remote_first() {
+        let a = scp_argv(
+            Path::new("/k"),
+            Path::new("/h"),
+            "u",
+            "debian",
+            "127.0.0.1:1".parse().unwrap(),
+            false,
+            CopyDirection::FromGuest,
+            Path::new("out"),
+            "f",
+        )
+        .unwrap();
+
+        assert_eq!(a[a.len() - 2..], ["debian@127.0.0.1:f".to_owned(), "out".to_owned()]);
+        assert!(!a.contains(&"-r".to_owned()));
+    }
+
+    #[test]
+    fn scp_argv_option_shaped_user_refused() {
+        let r = scp_argv(
+            Path::new("/k"),
+            Path::new("/h"),
+            "u",
+            "-oProxyCommand=x",
+            "127.0.0.1:1".parse().unwrap(),
+            false,
+            CopyDirection::ToGuest,
+            Path::new("a"),
+            "b",
+        );
+
+        assert!(r.is_err());
+    }
     use super::*;
 
     /// Many makers at once (threads here: flock is per open file, so they exclude each other as

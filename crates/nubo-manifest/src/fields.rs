@@ -35,6 +35,7 @@ fn vm_paths(field: Field) -> &'static [&'static str] {
         Field::Machine => &["spec.machine"],
         Field::Overrides => &["spec.overrides"],
         Field::Network => &["spec.network"],
+        Field::Ports => &["spec.ports"],
         Field::CloudInitHostname => &["spec.cloudInit.hostname"],
         Field::CloudInitSshKeys => &["spec.cloudInit.sshKeys"],
         Field::CloudInitUserData => &["spec.cloudInit.userData", "spec.cloudInit.userDataFile"],
@@ -67,6 +68,8 @@ fn workload_paths(field: Field) -> &'static [&'static str] {
         Field::Machine => &["spec.type"],
         Field::Overrides => &["spec.microvm.overrides"],
         Field::Network => &["spec.microvm.network"],
+        // A microvm Workload has no `ports:`; nothing sets the field there.
+        Field::Ports => &["spec.microvm"],
         Field::CloudInitHostname => &["spec.microvm.cloudInit.hostname"],
         Field::CloudInitSshKeys => &["spec.microvm.cloudInit.sshKeys"],
         Field::CloudInitUserData => &["spec.microvm.cloudInit.userData", "spec.microvm.cloudInit.userDataFile"],

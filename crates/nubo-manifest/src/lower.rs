@@ -220,6 +220,7 @@ impl Cx<'_> {
         };
         spec.overrides = s.overrides.clone().unwrap_or_default();
         spec.network = network(s.network.as_deref());
+        spec.ports = self.ports("spec.ports", s.ports.as_deref());
         spec.cloud_init = cloud_init;
         spec.backend = s.backend.clone();
         spec.ssh_user = s.ssh_user.clone();
@@ -404,6 +405,19 @@ impl Cx<'_> {
                 (abs, None)
             }
         }
+    }
+
+    /// Each forward parsed strictly, as `vm create --publish` parses it; a bad one is reported
+    /// at its entry.
+    fn ports(&mut self, at: &str, entries: Option<&[String]>) -> Vec<nubo_core::PortForward> {
+        let mut out = Vec::new();
+        for (i, text) in entries.unwrap_or_default().iter().enumerate() {
+            match nubo_core::PortForward::parse(text) {
+                Ok(p) => out.push(p),
+                Err(e) => self.err(&format!("{at}[{i}]"), e.to_string()),
+            }
+        }
+        out
     }
 
     fn size(&mut self, at: &str, text: Option<&str>) -> Option<ByteSize> {

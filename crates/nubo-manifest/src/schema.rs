@@ -109,6 +109,11 @@ pub fn schema() -> Value {
         "network".into(),
         text("`forward` (default), `restricted` (nothing but the SSH forward), `none` (no network device), or a libvirt network's name"),
     );
+    vm.insert("ports".into(), json!({
+        "type": "array",
+        "items": text("`[HOST_IP:]HOST_PORT:GUEST_PORT[/tcp|udp]`: a host port (on 127.0.0.1 unless an address is given) forwarded to the guest"),
+        "description": "host ports forwarded to the guest (user-mode networking), as `vm create --publish`"
+    }));
     vm.insert(
         "backend".into(),
         text("`qemu`, `libvirt`, `cloud-hypervisor`; absent: nubo's selection precedence"),

@@ -68,6 +68,8 @@ pub struct VirtualMachineSpec {
     pub machine: Option<MachineDoc>,
     pub overrides: Option<BTreeMap<String, BTreeMap<String, String>>>,
     pub network: Option<String>,
+    /// `[HOST_IP:]HOST_PORT:GUEST_PORT[/tcp|udp]` each, as `vm create --publish`.
+    pub ports: Option<Vec<String>>,
     pub backend: Option<String>,
     pub cloud_init: Option<CloudInitDoc>,
     pub ssh_user: Option<String>,

@@ -15,6 +15,7 @@ mod error;
 mod field;
 pub mod limits;
 mod payload;
+mod ports;
 mod spec;
 mod validate;
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nubo_core::{ByteSize, VmName};
+use nubo_core::{ByteSize, PortForward, VmName};
 use serde::{Deserialize, Serialize};
 
 use crate::payload::Payload;
@@ -42,6 +42,10 @@ pub struct VmSpec {
     /// The VM's network.
     #[serde(default)]
     pub network: Network,
+    /// Host ports forwarded to the guest (user-mode networking), written
+    /// `[HOST_IP:]HOST_PORT:GUEST_PORT[/tcp|udp]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortForward>,
     /// What the NoCloud seed carries.
     #[serde(default)]
     pub cloud_init: CloudInitSpec,
@@ -198,6 +202,7 @@ impl VmSpec {
             machine: Machine::Default,
             overrides: BTreeMap::new(),
             network: Network::Forward,
+            ports: Vec::new(),
             cloud_init: CloudInitSpec::default(),
             backend: None,
             ssh_user: None,

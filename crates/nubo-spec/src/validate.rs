@@ -39,6 +39,7 @@ impl VmSpec {
                 ));
             }
         }
+        crate::ports::check(&self.ports, &self.network, &mut e);
         cloud_init(&self.cloud_init, &mut e);
         if let Some(b) = &self.backend {
             if let Err(why) = backend_id(b) {

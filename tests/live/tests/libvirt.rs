@@ -390,6 +390,29 @@ fn booted(root: &TestRoot, lv: &mut Libvirtd) -> TestResult {
     }
     snapshots_listed(root, "after restore")?;
 
+    // Pause (virDomainSuspend) stops the guest's clock; resume runs it again (issue 25).
+    let (u0, h0) = (uptime(root)?, Instant::now());
+    nubo(root, &["vm", "pause", VM], QUICK)?.require()?;
+    let state = lv.virsh(&["domstate", VM])?.require()?.stdout;
+    if ls_state(root, VM)? != "paused" || !state.contains("paused") {
+        return Err(format!(
+            "after pause, `vm ls` says {} and libvirt {state}",
+            ls_state(root, VM)?
+        ));
+    }
+    std::thread::sleep(Duration::from_secs(15));
+    nubo(root, &["vm", "resume", VM], QUICK)?.require()?;
+    let (u1, host) = (uptime(root)?, h0.elapsed().as_secs_f64());
+    println!(
+        "  paused 15s on libvirt: the host saw {host:.1}s, the guest {:.1}s",
+        u1 - u0
+    );
+    if u1 - u0 > host - 10.0 || ls_state(root, VM)? != "running" {
+        return Err(format!(
+            "pause/resume on libvirt: guest uptime {u0:.1}s -> {u1:.1}s over {host:.1}s on the host"
+        ));
+    }
+
     // libvirtd restarted while the VM runs: nubo still sees it running (and stops it below).
     let t = Instant::now();
     lv.restart()?;

@@ -439,6 +439,7 @@ impl Backend for CloudHypervisorBackend {
             direct_kernel: true,
             efi: self.find_firmware().is_some_and(|f| f.is_edk2()),
             microvm: true,
+            port_forwards: false,
             named_networks: false,
             options: options::KEYS,
         }
@@ -1090,6 +1091,7 @@ mod tests {
             boot,
             machine: MachineKind::Microvm,
             network,
+            ports: Vec::new(),
             options: BTreeMap::new(),
         }
     }

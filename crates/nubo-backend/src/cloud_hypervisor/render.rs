@@ -198,6 +198,7 @@ mod tests {
             boot,
             machine: MachineKind::Microvm,
             network,
+            ports: Vec::new(),
             options: BTreeMap::new(),
         }
     }

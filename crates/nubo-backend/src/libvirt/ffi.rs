@@ -55,6 +55,8 @@ struct Api {
     domain_create: unsafe extern "C" fn(Ptr) -> c_int,
     domain_shutdown: unsafe extern "C" fn(Ptr) -> c_int,
     domain_destroy: unsafe extern "C" fn(Ptr) -> c_int,
+    domain_suspend: unsafe extern "C" fn(Ptr) -> c_int,
+    domain_resume: unsafe extern "C" fn(Ptr) -> c_int,
     domain_undefine_flags: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
     domain_get_state: unsafe extern "C" fn(Ptr, *mut c_int, *mut c_int, c_uint) -> c_int,
     domain_free: unsafe extern "C" fn(Ptr) -> c_int,
@@ -162,6 +164,8 @@ fn load() -> Result<Api, String> {
         domain_create: sym!(lib, "virDomainCreate"),
         domain_shutdown: sym!(lib, "virDomainShutdown"),
         domain_destroy: sym!(lib, "virDomainDestroy"),
+        domain_suspend: sym!(lib, "virDomainSuspend"),
+        domain_resume: sym!(lib, "virDomainResume"),
         domain_undefine_flags: sym!(lib, "virDomainUndefineFlags"),
         domain_get_state: sym!(lib, "virDomainGetState"),
         domain_free: sym!(lib, "virDomainFree"),
@@ -589,6 +593,18 @@ impl Domain {
     pub fn destroy(&self) -> Result<(), VirtError> {
         // SAFETY: live domain.
         check(self.api, unsafe { (self.api.domain_destroy)(self.ptr) }).map(drop)
+    }
+
+    /// Stops the guest's vCPUs (`virDomainSuspend`); its memory stays.
+    pub fn suspend(&self) -> Result<(), VirtError> {
+        // SAFETY: live domain.
+        check(self.api, unsafe { (self.api.domain_suspend)(self.ptr) }).map(drop)
+    }
+
+    /// Runs a suspended guest again (`virDomainResume`).
+    pub fn resume(&self) -> Result<(), VirtError> {
+        // SAFETY: live domain.
+        check(self.api, unsafe { (self.api.domain_resume)(self.ptr) }).map(drop)
     }
 
     pub fn undefine(&self, flags: u32) -> Result<(), VirtError> {

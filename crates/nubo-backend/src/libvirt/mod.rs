@@ -208,6 +208,9 @@ impl LibvirtBackend {
 
     /// The network mode realised: a libvirt network, or user-mode networking.
     fn net_for(&self, conn: &Connection, spec: &MachineSpec) -> Result<(Option<String>, bool), BackendError> {
+        if !spec.ports.is_empty() {
+            return ports_net(&spec.network);
+        }
         match &spec.network {
             NetworkMode::Named(n) => match conn.network(n).map_err(remote(format!("looking up network `{n}`")))? {
                 Some(_) => Ok((Some(n.clone()), false)),
@@ -329,6 +332,23 @@ impl LibvirtBackend {
     }
 }
 
+/// Published ports are QEMU `hostfwd`s of user-mode networking (in `<qemu:commandline>`, as
+/// the SSH forward): libvirt 11's own `<portForward>` needs the passt backend, which Debian's
+/// libvirt does not pull in. A VM that publishes ports therefore gets user-mode networking
+/// rather than the `default` network; a named network is refused.
+fn ports_net(mode: &NetworkMode) -> Result<(Option<String>, bool), BackendError> {
+    match mode {
+        NetworkMode::Forward => Ok((None, false)),
+        NetworkMode::Restricted => Ok((None, true)),
+        NetworkMode::None => Ok((None, false)),
+        NetworkMode::Named(n) => Err(BackendError::unsupported(
+            ID,
+            format!("port forwards on libvirt network `{n}`"),
+            "user-mode networking (--network forward or restricted) for --publish, or reach the guest at its address on the network",
+        )),
+    }
+}
+
 /// `kvm` where KVM runs stock guest kernels, else `qemu` (TCG): the same policy as the qemu
 /// backend (PVM's /dev/kvm hangs stock kernels).
 fn virt_type() -> &'static str {
@@ -398,10 +418,11 @@ impl Backend for LibvirtBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             snapshot: true,
-            pause: false,
+            pause: true,
             direct_kernel: true,
             efi: true,
             microvm: false,
+            port_forwards: true,
             named_networks: true,
             options: OPTIONS,
         }
@@ -435,7 +456,12 @@ impl Backend for LibvirtBackend {
         let conn = connect(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
-        if net.is_none() && spec.network == NetworkMode::Forward {
+        if !spec.ports.is_empty() && spec.network == NetworkMode::Forward {
+            notes.push(
+                "published ports are forwarded by QEMU's user-mode networking: the VM gets it instead of a libvirt network"
+                    .into(),
+            );
+        } else if net.is_none() && spec.network == NetworkMode::Forward {
             notes.push(format!(
                 "libvirt at `{uri}` has no network `default`: user-mode networking with SSH forwarded on 127.0.0.1"
             ));
@@ -656,6 +682,7 @@ impl Backend for LibvirtBackend {
         {
             st.ssh_port = Some(free_port()?);
         }
+        crate::ports::check_free(&spec.ports)?;
         // This boot's console log; the previous one is kept.
         if st.console_log.exists() {
             let mut prev = st.console_log.clone().into_os_string();
@@ -911,6 +938,17 @@ impl Backend for LibvirtBackend {
                 )],
             }),
         })
+    }
+
+    fn pause(&self, vm: &VmRef) -> Result<(), BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        dom.suspend()
+            .map_err(remote(format!("suspending domain `{}`", vm.name)))
+    }
+
+    fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {
+        let (_, dom) = self.domain_of(vm)?;
+        dom.resume().map_err(remote(format!("resuming domain `{}`", vm.name)))
     }
 
     fn lease_hostname(&self, vm: &VmRef) -> Option<String> {

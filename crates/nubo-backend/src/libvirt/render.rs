@@ -224,7 +224,8 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         };
         let _ = writeln!(
             x,
-            "  <qemu:commandline>\n    <qemu:arg value='-netdev'/>\n    <qemu:arg value='user,id=nubonet0{restrict},hostfwd=tcp:127.0.0.1:{ssh_port}-:22'/>\n    <qemu:arg value='-device'/>\n    <qemu:arg value='virtio-net-pci,netdev=nubonet0,bus={bus},addr=0x1e'/>\n  </qemu:commandline>"
+            "  <qemu:commandline>\n    <qemu:arg value='-netdev'/>\n    <qemu:arg value='user,id=nubonet0{restrict},hostfwd=tcp:127.0.0.1:{ssh_port}-:22{}'/>\n    <qemu:arg value='-device'/>\n    <qemu:arg value='virtio-net-pci,netdev=nubonet0,bus={bus},addr=0x1e'/>\n  </qemu:commandline>",
+            escape(&crate::qemu::render::hostfwds(&spec.ports))
         );
     }
     x.push_str("</domain>\n");

@@ -138,6 +138,8 @@ impl QemuBackend {
             .flatten();
         let networked = spec.network != NetworkMode::None;
         for attempt in 1..=PORT_ATTEMPTS {
+            // A published port someone else took since the VM last ran is named, not retried.
+            crate::ports::check_free(&spec.ports)?;
             if networked && st.ssh_port.is_none_or(|p| !port_free(p)) {
                 st.ssh_port = Some(free_port()?);
             }
@@ -370,6 +372,7 @@ impl Backend for QemuBackend {
             direct_kernel: true,
             efi: probe::find_ovmf().is_some(),
             microvm: true,
+            port_forwards: true,
             named_networks: false,
             options: options::KEYS,
         }

@@ -211,6 +211,7 @@ pub fn argv(
         if let Some(port) = st.ssh_port {
             netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{port}-:22"));
         }
+        netdev.push_str(&hostfwds(&spec.ports));
         push(&["-netdev", &netdev]);
         push(&[
             "-device",
@@ -223,6 +224,23 @@ pub fn argv(
     }
     push(&["-device", &dev("virtio-rng-pci", "virtio-rng-device")]);
     Ok(a)
+}
+
+/// The user's published ports as QEMU `hostfwd` options (they work with `restrict=on`: a
+/// forward is a connection the host makes, not one the guest starts).
+pub fn hostfwds(ports: &[nubo_core::PortForward]) -> String {
+    ports
+        .iter()
+        .map(|p| {
+            format!(
+                ",hostfwd={}:{}:{}-:{}",
+                p.protocol.as_str(),
+                p.host_ip,
+                p.host_port,
+                p.guest_port
+            )
+        })
+        .collect()
 }
 
 fn raw_node(name: &str, path: &std::path::Path, read_only: bool) -> serde_json::Value {
@@ -287,6 +305,7 @@ mod tests {
             boot,
             machine: MachineKind::Default,
             network: NetworkMode::Restricted,
+            ports: Vec::new(),
             options: Default::default(),
         }
     }
@@ -316,6 +335,19 @@ mod tests {
 
     fn joined(s: &MachineSpec, o: QemuOptions) -> String {
         argv("qemu-system-x86_64", s, &state(s), o, None).unwrap().join(" ")
+    }
+
+    #[test]
+    fn argv_published_ports_follow_ssh_forward_with_restrict() {
+        let mut s = spec(BIOS);
+        s.ports = vec!["8080:80".parse().unwrap(), "0.0.0.0:5353:53/udp".parse().unwrap()];
+
+        let got = joined(&s, opts(Machine::Pc, Accel::Tcg));
+
+        assert!(
+            got.contains("-netdev user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:0.0.0.0:5353-:53 "),
+            "{got}"
+        );
     }
 
     #[test]

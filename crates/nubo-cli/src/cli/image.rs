@@ -32,9 +32,21 @@ pub enum ImageCmd {
     Build(BuildArgs),
     /// Write a commented starter VMfile
     Init(InitArgs),
+    /// Show, set or clear the image `nubo vm create NAME` boots when no image is named
+    Default(DefaultImageArgs),
     /// Print a file's digest (what pull verifies with; used by the benchmarks)
     #[command(hide = true)]
     Hash(HashArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DefaultImageArgs {
+    /// The new default: a catalog reference, a local name:tag or a registry reference
+    #[arg(long, value_name = "REF", conflicts_with = "clear")]
+    pub set: Option<String>,
+    /// Back to the built-in default (debian:12)
+    #[arg(long)]
+    pub clear: bool,
 }
 
 #[derive(Debug, clap::Args)]

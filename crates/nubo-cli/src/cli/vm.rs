@@ -19,6 +19,13 @@ pub enum VmCmd {
     Stop(StopArgs),
     /// Stop and start a VM
     Restart(StopArgs),
+    /// Pause a running VM (its vCPUs stop; memory and devices stay)
+    Pause(NameArgs),
+    /// Resume a paused VM
+    Resume(NameArgs),
+    /// Copy files between the host and a VM over its SSH (`VM:PATH` names the guest side)
+    #[command(alias = "transfer")]
+    Cp(CpArgs),
     /// Remove a VM: its VMM, overlay, seed, sockets, logs and record (never its base image)
     #[command(alias = "delete")]
     Rm(RmArgs),
@@ -116,7 +123,8 @@ pub enum WaitForArg {
 pub struct CreateArgs {
     /// VM name: a DNS label (lowercase letters, digits, `-`; at most 63 characters)
     pub name: String,
-    /// Image from the store (`nubo image ls`); an official reference not yet local is pulled
+    /// Image from the store (`nubo image ls`); an official reference not yet local is pulled.
+    /// Without --image, --disk and --url-img: the default image (`nubo image default`)
     #[arg(long, conflicts_with_all = ["disk", "url_img"])]
     pub image: Option<String>,
     /// Download a cloud image from this https URL (verified by --checksum or `<url>.sha256`) and boot it
@@ -158,8 +166,8 @@ pub struct CreateArgs {
     /// Guest hostname (default: the VM name)
     #[arg(long)]
     pub hostname: Option<String>,
-    /// SSH public key for the default user: the key itself or `@file` (repeatable)
-    #[arg(long = "ssh-key", value_name = "KEY|@FILE")]
+    /// SSH public key for the default user: the key itself, a `.pub` file's path, or `@file` (repeatable)
+    #[arg(long = "ssh-key", value_name = "KEY|FILE.pub|@FILE")]
     pub ssh_keys: Vec<String>,
     /// cloud-init user-data file, passed through byte for byte
     #[arg(long)]
@@ -196,6 +204,10 @@ pub struct CreateArgs {
         conflicts_with = "restrict_network"
     )]
     pub network: Option<String>,
+    /// Forward a host port to the guest: `[HOST_IP:]HOST_PORT:GUEST_PORT[/tcp|udp]`, on
+    /// 127.0.0.1 unless an address is given (repeatable; user-mode networking)
+    #[arg(long = "publish", short = 'p', value_name = "[HOST_IP:]HOST_PORT:GUEST_PORT[/PROTO]")]
+    pub publish: Vec<String>,
     /// User `nubo vm ssh` logs in as (default: the image's default user)
     #[arg(long)]
     pub ssh_user: Option<String>,
@@ -208,6 +220,17 @@ pub struct CreateArgs {
     /// How long `--wait` waits, e.g. `300s` or `5m`
     #[arg(long, default_value = "300s", value_parser = boot_timeout)]
     pub boot_timeout: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CpArgs {
+    /// Copy directories recursively
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// `[VM:]SRC`: a host path, or `VM:PATH` in the guest
+    pub source: String,
+    /// `[VM:]DST`: a host path, or `VM:PATH` in the guest (`VM:` alone is the login user's home)
+    pub destination: String,
 }
 
 #[derive(Debug, clap::Args)]

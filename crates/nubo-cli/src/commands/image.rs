@@ -15,6 +15,7 @@ use crate::output::{print_json, print_table, Format as OutputFormat};
 use crate::settings::Settings;
 
 mod build;
+mod default;
 mod progress;
 mod registry;
 
@@ -38,6 +39,7 @@ pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
         ImageCmd::Hash(a) => hash(&a),
         ImageCmd::Build(a) => build::build(&a, settings),
         ImageCmd::Init(a) => build::init(&a),
+        ImageCmd::Default(a) => default::run(&a, settings),
     }
 }
 

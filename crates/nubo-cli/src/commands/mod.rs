@@ -9,7 +9,7 @@ pub(crate) mod image;
 pub(crate) mod manifest;
 pub(crate) mod registry;
 mod seed;
-mod vm;
+pub(crate) mod vm;
 
 use crate::cli::image::ImageCmd;
 use crate::cli::{Cli, Command};

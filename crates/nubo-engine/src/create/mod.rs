@@ -234,6 +234,7 @@ impl Engine {
             boot: plan.boot.clone(),
             machine: plan.machine,
             network: plan.network.clone(),
+            ports: plan.ports.clone(),
             options: plan.options.clone(),
             vm_dir,
         }
@@ -279,6 +280,12 @@ impl Engine {
                 fs::remove_dir_all(&dir).map_err(EngineError::io(&name, format!("removing {}", dir.display())))?;
             }
             None => {}
+        }
+        // Only a new VM probes its ports: an existing one holds them itself. Refused, the VM
+        // leaves nothing behind, not even its lock file.
+        if let Err(e) = nubo_backend::ports::check_free(&plan.ports) {
+            lock.remove();
+            return Err(EngineError::spec(nubo_spec::Field::Ports, e.to_string()));
         }
         for n in &plan.notes {
             events(Event::Note(n.clone()));

@@ -198,6 +198,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
         } else {
             Network::Forward
         },
+        ports: Vec::new(),
         cloud_init: CloudInitSpec {
             hostname: r.hostname,
             ssh_keys: r.ssh_keys,
@@ -243,6 +244,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
             boot,
             machine: machine_kind,
             network,
+            ports: Vec::new(),
             options,
         },
         name: old.name,

@@ -21,6 +21,7 @@ fn spec(boot: Boot) -> MachineSpec {
         boot,
         machine: MachineKind::Default,
         network: NetworkMode::Forward,
+        ports: Vec::new(),
         options: Default::default(),
     }
 }
@@ -128,6 +129,27 @@ fn domain_user_network_nonroot_seclabel_golden() {
     let xml = domain(&spec(bios()), &p);
 
     golden("user-net-seclabel", &xml);
+}
+
+#[test]
+fn domain_user_network_published_ports_are_hostfwds() {
+    let p = params(
+        Machine::Pc,
+        Net::User {
+            ssh_port: 40022,
+            restrict: true,
+        },
+        true,
+    );
+    let mut s = spec(bios());
+    s.ports = vec!["8080:80".parse().unwrap(), "5353:53/udp".parse().unwrap()];
+
+    let xml = domain(&s, &p);
+
+    assert!(
+        xml.contains("<qemu:arg value='user,id=nubonet0,restrict=on,hostfwd=tcp:127.0.0.1:40022-:22,hostfwd=tcp:127.0.0.1:8080-:80,hostfwd=udp:127.0.0.1:5353-:53'/>"),
+        "{xml}"
+    );
 }
 
 #[test]

@@ -12,9 +12,9 @@ use crate::cli::vm::{AccelArg, CreateArgs, MachineArg};
 /// The longest `--ssh-key @file` nubo reads: an authorized_keys file with many keys.
 const MAX_KEY_FILE: u64 = 1 << 20;
 
-pub fn run(a: &CreateArgs, engine: &Engine) -> anyhow::Result<()> {
+pub fn run(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    let spec = spec(a)?;
+    let spec = spec_or_default(a, engine, home)?;
     if a.dry_run {
         let plan = engine.dry_run(&spec).map_err(flagged)?;
         return crate::output::print_json(&serde_json::json!({ "spec": spec, "plan": plan }));
@@ -86,6 +86,7 @@ pub fn flag(field: Field) -> &'static str {
         Field::Machine => "--machine",
         Field::Overrides => "--machine/--accel/--connect/--pool",
         Field::Network => "--network",
+        Field::Ports => "--publish",
         Field::CloudInitHostname => "--hostname",
         Field::CloudInitSshKeys => "--ssh-key",
         Field::CloudInitUserData => "--user-data",
@@ -113,13 +114,27 @@ fn flagged(e: EngineError) -> anyhow::Error {
     }
 }
 
-/// The VmSpec `vm create`'s flags describe. Small inputs are read here (bounded; a regular
-/// file, a pipe or `-`);
-/// everything else is checked by the spec's own validation and the engine's plan.
-pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
+/// [`spec`], with the default image (`nubo image default`) when no source is given.
+fn spec_or_default(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Result<VmSpec> {
+    let default = if a.image.is_none() && a.disk.is_none() && a.url_img.is_none() {
+        let image = engine.default_image()?;
+        eprintln!("  no --image, --disk or --url-img: using the default image `{image}` (`nubo image default --set REF` changes it)");
+        Some(image)
+    } else {
+        None
+    };
+    spec(a, default.as_deref(), home)
+}
+
+/// The VmSpec `vm create`'s flags describe; `default_image` is the image used when no source
+/// flag is given, `home` what a key path's `~/` stands for. Small inputs are read here
+/// (bounded; a regular file, a pipe or `-`); everything else is checked by the spec's own validation and the
+/// engine's plan.
+pub fn spec(a: &CreateArgs, default_image: Option<&str>, home: Option<&Path>) -> anyhow::Result<VmSpec> {
     let name = VmName::parse(&a.name)?;
     let source = match (&a.image, &a.disk, &a.url_img) {
         (Some(r), None, None) => DiskSource::Image { reference: r.clone() },
+
         (None, Some(p), None) => DiskSource::Disk { path: absolute(p)? },
         (None, None, Some(url)) => DiskSource::Url {
             url: url.clone(),
@@ -127,7 +142,12 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
             insecure_no_checksum: a.insecure_no_checksum,
             allow_http: a.allow_http,
         },
-        (None, None, None) => anyhow::bail!("give --image REF (see `nubo image ls`), --disk PATH or --url-img URL"),
+        (None, None, None) => match default_image {
+            Some(r) => DiskSource::Image {
+                reference: r.to_owned(),
+            },
+            None => anyhow::bail!("give --image REF (see `nubo image ls`), --disk PATH or --url-img URL"),
+        },
         _ => anyhow::bail!("give one of --image, --disk and --url-img"),
     };
     let read = |flag: &str, p: &Path| -> anyhow::Result<Payload> {
@@ -136,7 +156,7 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
     };
     let mut ssh_keys = Vec::new();
     for k in &a.ssh_keys {
-        ssh_keys.extend(ssh_keys_from(k)?);
+        ssh_keys.extend(ssh_keys_from(k, home)?);
     }
     let mut spec = VmSpec::new(name, source);
     spec.resources.vcpus = a.vcpus;
@@ -210,6 +230,7 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
             name => Network::Named(name.to_owned()),
         };
     }
+    spec.ports = publish(&a.publish)?;
     spec.cloud_init = CloudInitSpec {
         hostname: a.hostname.clone(),
         ssh_keys,
@@ -228,38 +249,54 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
     Ok(spec)
 }
 
+/// `--publish` values, each parsed strictly; the first bad one is named with its flag.
+fn publish(values: &[String]) -> anyhow::Result<Vec<nubo_core::PortForward>> {
+    values
+        .iter()
+        .map(|v| nubo_core::PortForward::parse(v).with_context(|| "--publish".to_owned()))
+        .collect()
+}
+
 /// Paths are recorded absolute: a later `start` may run from another directory.
 fn absolute(p: &Path) -> anyhow::Result<std::path::PathBuf> {
     std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))
 }
 
-/// `--ssh-key KEY` or `--ssh-key @FILE` (every key line of the file, like authorized_keys; `@-`
-/// and `@<(...)` read a pipe). A bad line of a file is named by its line number, never quoted: it
-/// may be a secret (`@/etc/shadow`, a private key).
-fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
-    let known = |k: &str| {
-        let kind = k.split_whitespace().next().unwrap_or("");
-        kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-")
+/// `--ssh-key KEY`, `--ssh-key PATH.pub` (a readable public key file, as users type it after
+/// `ssh-keygen`) or `--ssh-key @FILE` (every key line of the file, like authorized_keys; `@-`
+/// and `@<(...)` read a pipe). A private key's path is refused with the path of its public half;
+/// a bad line of a file is named by its line number, never quoted: it may be a secret
+/// (`@/etc/shadow`).
+fn ssh_keys_from(arg: &str, home: Option<&Path>) -> anyhow::Result<Vec<String>> {
+    let file = match arg.strip_prefix('@') {
+        Some(path) => Some(path),
+        None if looks_like_key(arg) => None,
+        None if looks_like_path(arg) => Some(arg),
+        None => None,
     };
-    let keys: Vec<String> = match arg.strip_prefix('@') {
+    let keys: Vec<String> = match file {
         Some(path) => {
-            let bytes = nubo_core::input::read_small_input(Path::new(path), "--ssh-key file", MAX_KEY_FILE)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!(
-                    "--ssh-key file {} is not text: give the public key file (`.pub`)",
-                    nubo_core::file::escape_control(path)
-                )
-            })?;
+            let path = expand_home(path, home)?;
+            let shown = nubo_core::file::escape_control(&path.display().to_string());
+            let bytes = nubo_core::input::read_small_input(&path, "--ssh-key file", MAX_KEY_FILE)?;
+            if bytes.windows(11).any(|w| w == b"PRIVATE KEY") {
+                anyhow::bail!(
+                    "--ssh-key {}: this is a private key, which must never leave this host: give its public half, `{}.pub`",
+                    nubo_core::file::escape_control(arg),
+                    nubo_core::file::escape_control(arg.trim_start_matches('@'))
+                );
+            }
+            let text = String::from_utf8(bytes)
+                .map_err(|_| anyhow::anyhow!("--ssh-key file {shown} is not text: give the public key file (`.pub`)"))?;
             let mut keys = Vec::new();
             for (n, line) in text.lines().enumerate() {
                 let line = line.trim();
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                if !known(line) {
+                if !looks_like_key(line) {
                     anyhow::bail!(
-                        "--ssh-key file {}: line {} is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the .pub file",
-                        nubo_core::file::escape_control(path),
+                        "--ssh-key file {shown}: line {} is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the .pub file",
                         n + 1
                     );
                 }
@@ -269,9 +306,9 @@ fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
         }
         None => {
             let k = arg.trim();
-            if !known(k) {
+            if !looks_like_key(k) {
                 anyhow::bail!(
-                    "--ssh-key: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`); pass the .pub file with @",
+                    "--ssh-key: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the key line or the path of its .pub file",
                     nubo_core::file::escape_control(&k.chars().take(40).collect::<String>())
                 );
             }
@@ -279,9 +316,31 @@ fn ssh_keys_from(arg: &str) -> anyhow::Result<Vec<String>> {
         }
     };
     if keys.is_empty() {
-        anyhow::bail!("--ssh-key {arg}: the file holds no keys");
+        anyhow::bail!("--ssh-key {}: the file holds no keys", nubo_core::file::escape_control(arg));
     }
     Ok(keys)
+}
+
+/// A public key line starts with its type.
+fn looks_like_key(text: &str) -> bool {
+    let kind = text.split_whitespace().next().unwrap_or("");
+    kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-")
+}
+
+/// A file name rather than a key: one word with a `/`, a leading `~`, or a `.pub` ending.
+fn looks_like_path(text: &str) -> bool {
+    !text.contains(char::is_whitespace) && (text.contains('/') || text.starts_with('~') || text.ends_with(".pub"))
+}
+
+/// `~/x` against the home directory (a quoted `--ssh-key '~/.ssh/id.pub'` reaches nubo as is).
+fn expand_home(path: &str, home: Option<&Path>) -> anyhow::Result<std::path::PathBuf> {
+    match path.strip_prefix("~/") {
+        Some(rest) => match home {
+            Some(h) => Ok(h.join(rest)),
+            None => anyhow::bail!("--ssh-key {path}: HOME is not set, so `~/` means nothing: give the full path"),
+        },
+        None => Ok(std::path::PathBuf::from(path)),
+    }
 }
 
 #[cfg(test)]
@@ -291,14 +350,14 @@ mod tests {
     #[test]
     fn ssh_keys_from_literal_key() {
         assert_eq!(
-            ssh_keys_from("ssh-ed25519 AAAA me").unwrap(),
+            ssh_keys_from("ssh-ed25519 AAAA me", None).unwrap(),
             vec!["ssh-ed25519 AAAA me"]
         );
     }
 
     #[test]
     fn ssh_keys_from_private_key_text_refused() {
-        let err = ssh_keys_from("-----BEGIN OPENSSH PRIVATE KEY-----").unwrap_err();
+        let err = ssh_keys_from("-----BEGIN OPENSSH PRIVATE KEY-----", None).unwrap_err();
 
         assert!(err.to_string().contains("not an SSH public key"));
     }
@@ -309,9 +368,120 @@ mod tests {
         let p = dir.path().join("k.pub");
         std::fs::write(&p, "# mine\nssh-ed25519 AAAA a\n\necdsa-sha2-nistp256 BBBB b\n").unwrap();
 
-        let keys = ssh_keys_from(&format!("@{}", p.display())).unwrap();
+        let keys = ssh_keys_from(&format!("@{}", p.display()), None).unwrap();
 
         assert_eq!(keys.len(), 2);
+    }
+
+    #[test]
+    fn ssh_keys_from_pub_path_without_at_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("id_ed25519.pub");
+        std::fs::write(&p, "ssh-ed25519 AAAA me@host\n").unwrap();
+
+        let keys = ssh_keys_from(&p.display().to_string(), None).unwrap();
+
+        assert_eq!(keys, vec!["ssh-ed25519 AAAA me@host"]);
+    }
+
+    #[test]
+    fn ssh_keys_from_tilde_path_uses_home() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".ssh")).unwrap();
+        std::fs::write(dir.path().join(".ssh/id.pub"), "ssh-rsa BBBB x\n").unwrap();
+
+        let keys = ssh_keys_from("~/.ssh/id.pub", Some(dir.path())).unwrap();
+
+        assert_eq!(keys, vec!["ssh-rsa BBBB x"]);
+    }
+
+    #[test]
+    fn ssh_keys_from_private_key_path_refused_with_pub_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("id_ed25519");
+        std::fs::write(
+            &p,
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n",
+        )
+        .unwrap();
+
+        let err = ssh_keys_from(&p.display().to_string(), None).unwrap_err().to_string();
+
+        assert!(
+            err.contains("private key") && err.contains(&format!("{}.pub", p.display())),
+            "{err}"
+        );
+        assert!(!err.contains("b3Blbn"), "{err}");
+    }
+
+    #[test]
+    fn ssh_keys_from_missing_pub_path_names_file() {
+        let err = ssh_keys_from("/nonexistent/id.pub", None).unwrap_err();
+
+        assert!(format!("{err:#}").contains("/nonexistent/id.pub"), "{err:#}");
+    }
+
+    #[test]
+    fn publish_flags_parse_into_spec() {
+        let s = from_flags(&[
+            "web",
+            "--publish",
+            "8080:80",
+            "-p",
+            "0.0.0.0:5353:53/udp",
+            "--restrict-network",
+        ]);
+
+        assert_eq!(
+            s.ports.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+            ["127.0.0.1:8080:80/tcp", "0.0.0.0:5353:53/udp"]
+        );
+    }
+
+    #[test]
+    fn publish_malformed_names_flag() {
+        let argv = ["nubo", "vm", "create", "web", "--publish", "80"];
+        let cli = crate::cli::Cli::try_parse_from(argv).unwrap();
+        let crate::cli::Command::Vm(crate::cli::vm::VmCmd::Create(a)) = cli.command else {
+            panic!("not vm create")
+        };
+
+        let err = format!("{:#}", spec(&a, Some("debian:12"), None).unwrap_err());
+
+        assert!(err.contains("--publish") && err.contains("`80`"), "{err}");
+    }
+
+    #[test]
+    fn no_source_uses_default_image() {
+        let s = from_flags(&["web"]);
+
+        assert_eq!(
+            s.source,
+            DiskSource::Image {
+                reference: "debian:12".into()
+            }
+        );
+    }
+
+    #[test]
+    fn parity_publish_ports() {
+        let d = Dir::new();
+
+        same(
+            from_flags(&[
+                "web",
+                "--image",
+                "debian:12",
+                "-p",
+                "8080:80",
+                "-p",
+                "127.0.0.1:2222:22/tcp",
+            ]),
+            from_manifest(
+                d.dir.path(),
+                "  image: debian:12\n  ports: [\"8080:80\", \"2222:22\"]\n",
+            ),
+        );
     }
 
     // -----------------------------------------------------------------------------------------
@@ -325,7 +495,7 @@ mod tests {
         let crate::cli::Command::Vm(crate::cli::vm::VmCmd::Create(a)) = cli.command else {
             panic!("not vm create")
         };
-        spec(&a).unwrap()
+        spec(&a, Some("debian:12"), None).unwrap()
     }
 
     fn from_manifest(dir: &Path, body: &str) -> VmSpec {

@@ -12,6 +12,13 @@ pub fn run(name: &str, engine: &Engine) -> anyhow::Result<()> {
     v["state"] = serde_json::Value::String(state.to_string());
     v["launch"] = serde_json::to_value(&launch.launch)?;
     v["launch_source"] = serde_json::to_value(launch.source)?;
+    v["ports"] = serde_json::to_value(
+        rec.machine
+            .ports
+            .iter()
+            .map(nubo_backend::ports::shown)
+            .collect::<Vec<_>>(),
+    )?;
     if let Some(note) = &launch.note {
         eprintln!("note: {note}");
         v["launch_note"] = serde_json::Value::String(note.clone());

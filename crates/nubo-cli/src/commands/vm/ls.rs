@@ -22,12 +22,19 @@ pub fn run(a: &LsArgs, engine: &Engine) -> anyhow::Result<()> {
                 v.vcpus.to_string(),
                 nubo_core::ByteSize(v.memory_mib << 20).to_string(),
                 v.ssh.clone().unwrap_or_else(|| "-".into()),
+                if v.ports.is_empty() {
+                    "-".into()
+                } else {
+                    v.ports.join(",")
+                },
                 age(&v.created, now),
             ]
         })
         .collect();
     print_table(
-        &["NAME", "STATE", "BACKEND", "IMAGE", "VCPUS", "MEMORY", "SSH", "AGE"],
+        &[
+            "NAME", "STATE", "BACKEND", "IMAGE", "VCPUS", "MEMORY", "SSH", "PORTS", "AGE",
+        ],
         &rows,
     )?;
     Ok(())

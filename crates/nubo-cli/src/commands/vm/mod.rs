@@ -1,6 +1,7 @@
 //! `nubo vm ...`: one module per verb; this one builds the engine and prints its events.
 
 mod console;
+mod cp;
 mod create;
 mod inspect;
 mod lifecycle;
@@ -23,7 +24,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
             extra_ca: a.ca_cert.clone(),
             ..settings.clone()
         };
-        return create::run(a, &engine(&settings));
+        return create::run(a, &engine(&settings), settings.home.as_deref());
     }
     let engine = engine(settings);
     match cmd {
@@ -32,6 +33,9 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Start(a) => lifecycle::start(&a.name, &engine),
         VmCmd::Stop(a) => lifecycle::stop(&a, &engine),
         VmCmd::Restart(a) => lifecycle::restart(&a, &engine),
+        VmCmd::Pause(a) => Ok(engine.pause(&a.name, &mut print_event)?),
+        VmCmd::Resume(a) => Ok(engine.resume(&a.name, &mut print_event)?),
+        VmCmd::Cp(a) => cp::run(&a, &engine),
         VmCmd::Rm(a) => lifecycle::rm(&a, &engine),
         VmCmd::Wait(a) => lifecycle::wait(&a, &engine),
         VmCmd::Console(a) => console::run(&a.name, &engine, settings),
@@ -69,7 +73,10 @@ impl nubo_engine::ImageFetcher for Fetcher {
     ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
         let t0 = std::time::Instant::now();
         let (label, result) = match what {
-            nubo_engine::Fetch::Catalog(r) => (format!("`{r}`"), super::image::pull_catalog(r, &self.settings)),
+            nubo_engine::Fetch::Catalog(r) => (
+                format!("`{r}`"),
+                super::image::pull_catalog(r, &self.settings).map_err(|e| bootstrap_hint(r, e)),
+            ),
             nubo_engine::Fetch::Oci(r) => (format!("`{r}`"), super::image::pull_oci(r, &self.settings)),
             nubo_engine::Fetch::Url {
                 url,
@@ -97,6 +104,18 @@ impl nubo_engine::ImageFetcher for Fetcher {
             t0.elapsed().as_secs_f64()
         );
         Ok(rec)
+    }
+}
+
+/// A catalog image nubo can also build from the distribution's packages (the default image,
+/// `debian:12`): a failed download names that way, which needs no image server.
+fn bootstrap_hint(r: &nubo_image::ImageRef, e: anyhow::Error) -> anyhow::Error {
+    if nubo_bootstrap::Release::find(&r.name, &r.tag).is_ok() {
+        e.context(format!(
+            "it could not be downloaded: build it from the distribution's packages with `nubo image bootstrap {r}`, then create the VM again"
+        ))
+    } else {
+        e
     }
 }
 
