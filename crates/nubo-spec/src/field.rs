@@ -35,6 +35,7 @@ pub enum Field {
     Backend,
     SshUser,
     BootTimeout,
+    Mounts,
 }
 
 impl Field {
@@ -66,6 +67,7 @@ impl Field {
         Field::Backend,
         Field::SshUser,
         Field::BootTimeout,
+        Field::Mounts,
     ];
 
     /// The field's path as its serialised (manifest) form names it.
@@ -97,6 +99,7 @@ impl Field {
             Field::Backend => "spec.backend",
             Field::SshUser => "spec.sshUser",
             Field::BootTimeout => "spec.bootTimeout",
+            Field::Mounts => "spec.mounts",
         }
     }
 }

@@ -55,6 +55,7 @@ impl VmSpec {
                 e.push(err);
             }
         }
+        crate::mount::check(&self.mounts, &mut e);
         SpecErrors::check(e)
     }
 }

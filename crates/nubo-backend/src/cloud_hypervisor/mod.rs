@@ -1070,6 +1070,7 @@ mod tests {
             machine: MachineKind::Microvm,
             network,
             options: BTreeMap::new(),
+            mounts: Vec::new(),
         }
     }
 

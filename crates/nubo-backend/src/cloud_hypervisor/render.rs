@@ -194,6 +194,7 @@ mod tests {
             machine: MachineKind::Microvm,
             network,
             options: BTreeMap::new(),
+            mounts: Vec::new(),
         }
     }
 

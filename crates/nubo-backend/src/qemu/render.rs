@@ -212,6 +212,7 @@ pub fn argv(
         ]);
     }
     push(&["-device", &dev("virtio-rng-pci", "virtio-rng-device")]);
+    a.extend(super::mounts::argv(spec, &st.run_dir, micro));
     Ok(a)
 }
 
@@ -277,6 +278,7 @@ mod tests {
             machine: MachineKind::Default,
             network: NetworkMode::Restricted,
             options: Default::default(),
+            mounts: Vec::new(),
         }
     }
 

@@ -229,6 +229,7 @@ impl Engine {
             machine: plan.machine,
             network: plan.network.clone(),
             options: plan.options.clone(),
+            mounts: plan.mounts.clone(),
             vm_dir,
         }
     }

@@ -209,6 +209,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
         backend: r.backend,
         ssh_user: r.ssh_user,
         boot_timeout: None,
+        mounts: Vec::new(),
     };
     let ssh = old.ssh.map_or_else(
         || SshLogin {
@@ -243,6 +244,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
             machine: machine_kind,
             network,
             options,
+            mounts: Vec::new(),
         },
         name: old.name,
         uuid: old.uuid,

@@ -95,6 +95,7 @@ pub fn flag(field: Field) -> &'static str {
         Field::Backend => "--backend",
         Field::SshUser => "--ssh-user",
         Field::BootTimeout => "--boot-timeout",
+        Field::Mounts => "--mount",
     }
 }
 
