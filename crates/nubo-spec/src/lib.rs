@@ -22,7 +22,7 @@ mod validate;
 pub use admit::{admit, HostFacts, ResolvedResources};
 pub use error::{FieldError, SpecErrors};
 pub use field::Field;
-pub use mount::{MountSpec, MAX_MOUNTS};
+pub use mount::{check_mounts, MountSpec, MAX_MOUNTS};
 pub use payload::Payload;
 pub use spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Network, Resources, VmSpec};
 pub use validate::{check_boot_timeout, check_ssh_user};

@@ -89,6 +89,14 @@ impl MountSpec {
     }
 }
 
+/// [`check`] on its own, for `vm mount` (a spec read back from a record cannot be validated
+/// whole: its payloads are digests).
+pub fn check_mounts(mounts: &[MountSpec]) -> Result<(), crate::SpecErrors> {
+    let mut e = Vec::new();
+    check(mounts, &mut e);
+    crate::SpecErrors::check(e)
+}
+
 /// Checks every mount: both paths absolute, printable, of bounded length; guest paths
 /// normal (no `.` or `..`), outside the guest's system directories, and distinct.
 pub(crate) fn check(mounts: &[MountSpec], e: &mut Vec<FieldError>) {

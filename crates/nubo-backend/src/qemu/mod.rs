@@ -755,6 +755,7 @@ fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
             .is_none()
             .then(|| "qemu UEFI boots (--firmware efi)".into()),
     });
+    out.push(mounts::host_check());
     out
 }
 

@@ -171,6 +171,29 @@ impl Drop for Started<'_> {
     }
 }
 
+/// `nubo doctor`'s line: virtiofsd for shared folders.
+pub fn host_check() -> crate::HostCheck {
+    let found = find_virtiofsd();
+    crate::HostCheck {
+        name: "virtiofsd".into(),
+        status: if found.is_some() {
+            crate::CheckStatus::Ok
+        } else {
+            crate::CheckStatus::Warn
+        },
+        detail: found.as_ref().map_or_else(
+            || "not installed: --mount falls back to 9p, which Debian's cloud kernel lacks".into(),
+            |p| p.display().to_string(),
+        ),
+        fix: found
+            .is_none()
+            .then(|| "run scripts/install-deps.sh (virtiofsd from crates.io; Debian 12 has no package)".into()),
+        blocks: found
+            .is_none()
+            .then(|| "shared folders over virtio-fs (vm create --mount)".into()),
+    }
+}
+
 /// Starts one virtiofsd per virtio-fs folder (after killing any a previous boot left) and waits
 /// for each socket. On any failure the ones already started are killed.
 pub fn start<'a>(spec: &'a MachineSpec, run_dir: &'a Path) -> Result<Started<'a>, BackendError> {

@@ -223,10 +223,22 @@ pub fn spec(a: &CreateArgs) -> anyhow::Result<VmSpec> {
         vendor_data: None,
         seed: a.seed.as_deref().map(absolute).transpose()?,
     };
+    spec.mounts = mounts(&a.mounts)?;
     spec.backend = a.backend.clone();
     spec.ssh_user = a.ssh_user.clone();
     spec.boot_timeout = a.wait.then_some(a.boot_timeout);
     Ok(spec)
+}
+
+/// `--mount HOST_DIR[:GUEST_DIR][:ro]`, each host directory made absolute against the cwd.
+pub fn mounts(args: &[String]) -> anyhow::Result<Vec<nubo_spec::MountSpec>> {
+    args.iter()
+        .map(|text| {
+            let mut m = nubo_spec::MountSpec::parse(text).map_err(|why| anyhow::anyhow!("--mount: {why}"))?;
+            m.host_path = absolute(&m.host_path)?;
+            Ok(m)
+        })
+        .collect()
 }
 
 /// Paths are recorded absolute: a later `start` may run from another directory.

@@ -5,6 +5,7 @@ mod create;
 mod inspect;
 mod lifecycle;
 mod logs;
+mod mount;
 mod ls;
 mod snapshot;
 mod ssh;
@@ -42,6 +43,8 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Inspect(a) => inspect::run(&a.name, &engine),
         VmCmd::DefaultBackend(a) => lifecycle::default_backend(&a, &engine),
         VmCmd::Snapshot(c) => snapshot::run(c, &engine),
+        VmCmd::Mount(a) => mount::mount(&a, &engine),
+        VmCmd::Umount(a) => mount::umount(&a, &engine),
     }
 }
 
