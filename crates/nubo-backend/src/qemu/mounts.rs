@@ -232,7 +232,7 @@ fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
         let log = log_file(run_dir, i);
         let log_out = fs::File::create(&log).map_err(BackendError::io(format!("creating {}", log.display())))?;
         let argv = virtiofsd_argv(&binary, m, &sock, root);
-        let child = Command::new(&argv[0])
+        let mut child = Command::new(&argv[0])
             .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -247,7 +247,9 @@ fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
         fs::write(&pf, format!("{pid}\n")).map_err(BackendError::io(format!("writing {}", pf.display())))?;
         let t0 = Instant::now();
         while !sock.exists() {
-            let dead = !process::cmdline_has_pair(pid as i32, "--socket-path", &sock.display().to_string());
+            // Its own exit status, not /proc: right after the spawn its command line can still
+            // read empty (mid-exec, see crate::process).
+            let dead = child.try_wait().ok().flatten().is_some();
             if dead || t0.elapsed() > SOCKET_WAIT {
                 let said = fs::read_to_string(&log).unwrap_or_default();
                 return Err(BackendError::Remote {
