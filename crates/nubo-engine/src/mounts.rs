@@ -66,7 +66,10 @@ fn host_dir(i: usize, given: &Path) -> Result<std::path::PathBuf, EngineError> {
     let real = std::fs::canonicalize(given).map_err(|e| {
         refuse(match e.kind() {
             std::io::ErrorKind::NotFound => {
-                format!("host directory {} does not exist: create it, or give another", given.display())
+                format!(
+                    "host directory {} does not exist: create it, or give another",
+                    given.display()
+                )
             }
             _ => format!("host directory {} cannot be resolved: {e}", given.display()),
         })
@@ -126,7 +129,10 @@ impl crate::Engine {
         if rec.machine.mounts.iter().any(|d| d.guest == m.guest()) {
             return Err(EngineError::spec(
                 Field::Mounts,
-                format!("vm `{name}` already has a shared folder at {}: give another guest directory", m.guest().display()),
+                format!(
+                    "vm `{name}` already has a shared folder at {}: give another guest directory",
+                    m.guest().display()
+                ),
             ));
         }
         let (transport, _) = backend.mount_transport()?;

@@ -85,7 +85,10 @@ mod tests {
 
     #[test]
     fn render_mounts_virtiofs_and_9p_golden() {
-        let out = render_mounts(&[m("mount0", "/srv/data", "virtiofs", false), m("mount1", "/mnt/ro", "9p", true)]);
+        let out = render_mounts(&[
+            m("mount0", "/srv/data", "virtiofs", false),
+            m("mount1", "/mnt/ro", "9p", true),
+        ]);
 
         assert_eq!(
             out,
@@ -96,7 +99,10 @@ mod tests {
     #[test]
     fn render_mounts_hostile_path_stays_one_value() {
         let hostile = "/a\", x]\nruncmd: [reboot]\n#\\\u{85}";
-        let doc = format!("#cloud-config\n{}", render_mounts(&[m("mount0", hostile, "virtiofs", false)]));
+        let doc = format!(
+            "#cloud-config\n{}",
+            render_mounts(&[m("mount0", hostile, "virtiofs", false)])
+        );
 
         let docs = yaml_rust2::YamlLoader::load_from_str(&doc).unwrap();
 

@@ -71,10 +71,16 @@ impl MountSpec {
             }
         };
         if host.is_empty() {
-            return Err(format!("`{}` names no host directory: write HOST_DIR[:GUEST_DIR][:ro]", shown(text)));
+            return Err(format!(
+                "`{}` names no host directory: write HOST_DIR[:GUEST_DIR][:ro]",
+                shown(text)
+            ));
         }
         if guest == Some("") {
-            return Err(format!("`{}` has an empty guest directory: write HOST_DIR[:GUEST_DIR][:ro]", shown(text)));
+            return Err(format!(
+                "`{}` has an empty guest directory: write HOST_DIR[:GUEST_DIR][:ro]",
+                shown(text)
+            ));
         }
         Ok(MountSpec {
             host_path: PathBuf::from(host),
@@ -103,22 +109,37 @@ pub(crate) fn check(mounts: &[MountSpec], e: &mut Vec<FieldError>) {
     if mounts.len() > MAX_MOUNTS {
         e.push(FieldError::new(
             Field::Mounts,
-            format!("has {} entries, over the limit of {MAX_MOUNTS}: share a common parent directory instead", mounts.len()),
+            format!(
+                "has {} entries, over the limit of {MAX_MOUNTS}: share a common parent directory instead",
+                mounts.len()
+            ),
         ));
         return;
     }
     for (i, m) in mounts.iter().enumerate() {
         let at = format!("[{i}]");
         if let Err(why) = path_text(&m.host_path) {
-            e.push(FieldError::at(Field::Mounts, &format!("{at}.hostPath"), format!("host directory {why}")));
+            e.push(FieldError::at(
+                Field::Mounts,
+                &format!("{at}.hostPath"),
+                format!("host directory {why}"),
+            ));
             continue;
         }
         if let Err(why) = path_text(m.guest()) {
-            e.push(FieldError::at(Field::Mounts, &format!("{at}.guestPath"), format!("guest directory {why}")));
+            e.push(FieldError::at(
+                Field::Mounts,
+                &format!("{at}.guestPath"),
+                format!("guest directory {why}"),
+            ));
             continue;
         }
         if let Err(why) = guest_place(m.guest()) {
-            let field = if m.guest_path.is_some() { "guestPath" } else { "hostPath" };
+            let field = if m.guest_path.is_some() {
+                "guestPath"
+            } else {
+                "hostPath"
+            };
             e.push(FieldError::at(
                 Field::Mounts,
                 &format!("{at}.{field}"),
@@ -130,7 +151,10 @@ pub(crate) fn check(mounts: &[MountSpec], e: &mut Vec<FieldError>) {
             e.push(FieldError::at(
                 Field::Mounts,
                 &at,
-                format!("guest directory {} is already used by another mount: give each its own", m.guest().display()),
+                format!(
+                    "guest directory {} is already used by another mount: give each its own",
+                    m.guest().display()
+                ),
             ));
         }
     }
@@ -160,8 +184,13 @@ fn path_text(p: &Path) -> Result<(), String> {
 }
 
 fn guest_place(p: &Path) -> Result<(), String> {
-    if p.components().any(|c| matches!(c, Component::CurDir | Component::ParentDir)) {
-        return Err(format!("`{}` has a `.` or `..` component", shown(&p.display().to_string())));
+    if p.components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!(
+            "`{}` has a `.` or `..` component",
+            shown(&p.display().to_string())
+        ));
     }
     let text = p.to_str().unwrap_or_default().trim_end_matches('/');
     let text = if text.is_empty() { "/" } else { text };
@@ -212,14 +241,28 @@ mod tests {
     fn parse_host_guest_ro_all_set() {
         let got = MountSpec::parse("/srv/data:/mnt/data:ro").unwrap();
 
-        assert_eq!(got, MountSpec { host_path: "/srv/data".into(), guest_path: Some("/mnt/data".into()), read_only: true });
+        assert_eq!(
+            got,
+            MountSpec {
+                host_path: "/srv/data".into(),
+                guest_path: Some("/mnt/data".into()),
+                read_only: true
+            }
+        );
     }
 
     #[test]
     fn parse_host_ro_guest_defaults() {
         let got = MountSpec::parse("./data:ro").unwrap();
 
-        assert_eq!(got, MountSpec { host_path: "./data".into(), guest_path: None, read_only: true });
+        assert_eq!(
+            got,
+            MountSpec {
+                host_path: "./data".into(),
+                guest_path: None,
+                read_only: true
+            }
+        );
     }
 
     #[test]
@@ -267,7 +310,11 @@ mod tests {
 
     #[test]
     fn check_system_guest_dir_refused() {
-        let e = errors(&[m("/home", None), m("/srv/a", Some("/etc/ssh")), m("/srv/b", Some("/usr/"))]);
+        let e = errors(&[
+            m("/home", None),
+            m("/srv/a", Some("/etc/ssh")),
+            m("/srv/b", Some("/usr/")),
+        ]);
 
         assert_eq!(e.len(), 3, "{e:?}");
         assert_eq!(e[0].path, "spec.mounts[0].hostPath");

@@ -105,7 +105,16 @@ fn mounts() -> TestResult {
     let create = |mount: &str| {
         nubo(
             &root,
-            &["vm", "create", "bad", "--image", "debian:12", "--restrict-network", "--mount", mount],
+            &[
+                "vm",
+                "create",
+                "bad",
+                "--image",
+                "debian:12",
+                "--restrict-network",
+                "--mount",
+                mount,
+            ],
             QUICK,
         )
     };
@@ -139,7 +148,10 @@ fn mounts() -> TestResult {
     )?
     .require()?;
     if !out.stderr.contains("cloud-init finished") {
-        return Err(format!("create --wait did not reach cloud-init finished:\n{}", out.stderr));
+        return Err(format!(
+            "create --wait did not reach cloud-init finished:\n{}",
+            out.stderr
+        ));
     }
     println!("timing boot (create --wait): {:.1}s", t.elapsed().as_secs_f64());
 
@@ -152,19 +164,25 @@ fn mounts() -> TestResult {
         .count();
     let writable = servers.iter().filter(|(_, c)| !c.contains("--readonly")).count();
     if readonly == 0 || writable == 0 {
-        return Err(format!("expected a read-only and a read-write virtiofsd, found {servers:?}"));
+        return Err(format!(
+            "expected a read-only and a read-write virtiofsd, found {servers:?}"
+        ));
     }
 
     // Mounted by cloud-init, over virtio-fs.
     let fstype = guest(&root, VM, "findmnt -n -o FSTYPE /mnt/rw; findmnt -n -o FSTYPE /mnt/ro")?;
     if fstype.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "virtiofs"] {
-        return Err(format!("/mnt/rw and /mnt/ro are not both virtiofs in the guest: {fstype:?}"));
+        return Err(format!(
+            "/mnt/rw and /mnt/ro are not both virtiofs in the guest: {fstype:?}"
+        ));
     }
 
     // Host -> guest, and live: a file made on the host now is seen at once.
     let hello = guest(&root, VM, "cat /mnt/ro/hello.txt")?;
     if hello != "from-host" {
-        return Err(format!("the guest read {hello:?} from /mnt/ro/hello.txt, not the host's file"));
+        return Err(format!(
+            "the guest read {hello:?} from /mnt/ro/hello.txt, not the host's file"
+        ));
     }
     fs::write(rw.join("late.txt"), "late\n").map_err(|e| format!("writing late.txt: {e}"))?;
     let late = guest(&root, VM, "cat /mnt/rw/late.txt")?;
@@ -173,8 +191,13 @@ fn mounts() -> TestResult {
     }
 
     // Guest -> host through the read-write folder.
-    guest(&root, VM, "echo from-guest | sudo tee /mnt/rw/guest.txt >/dev/null && sync")?;
-    let seen = fs::read_to_string(rw.join("guest.txt")).map_err(|e| format!("the guest's file is not on the host: {e}"))?;
+    guest(
+        &root,
+        VM,
+        "echo from-guest | sudo tee /mnt/rw/guest.txt >/dev/null && sync",
+    )?;
+    let seen =
+        fs::read_to_string(rw.join("guest.txt")).map_err(|e| format!("the guest's file is not on the host: {e}"))?;
     if seen.trim() != "from-guest" {
         return Err(format!("the host reads {seen:?} from the guest's file"));
     }
@@ -195,8 +218,12 @@ fn mounts() -> TestResult {
     }
 
     // Hot-plug is refused by name with the alternative.
-    nubo(&root, &["vm", "mount", VM, &format!("{}:/mnt/more", rw.display())], QUICK)?
-        .refused(&["unsupported", "--mount"])?;
+    nubo(
+        &root,
+        &["vm", "mount", VM, &format!("{}:/mnt/more", rw.display())],
+        QUICK,
+    )?
+    .refused(&["unsupported", "--mount"])?;
     nubo(&root, &["vm", "umount", VM, "/mnt/rw"], QUICK)?.refused(&["unsupported"])?;
 
     // Stop ends the file servers with QEMU; start brings them back; rm leaves nothing.

@@ -69,7 +69,10 @@ pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
     }
     if spec.mounts.iter().any(|m| m.transport == MountTransport::Virtiofs) {
         a.push("-object".into());
-        a.push(format!("memory-backend-memfd,id=mem0,size={}M,share=on", spec.memory_mib));
+        a.push(format!(
+            "memory-backend-memfd,id=mem0,size={}M,share=on",
+            spec.memory_mib
+        ));
         a.push("-machine".into());
         a.push("memory-backend=mem0".into());
     }
@@ -79,7 +82,11 @@ pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
                 a.push("-chardev".into());
                 a.push(format!("socket,id=fs{i},path={}", opt(&socket(run_dir, i))));
                 a.push("-device".into());
-                let dev = if micro { "vhost-user-fs-device" } else { "vhost-user-fs-pci" };
+                let dev = if micro {
+                    "vhost-user-fs-device"
+                } else {
+                    "vhost-user-fs-pci"
+                };
                 a.push(format!("{dev},chardev=fs{i},tag={}", m.tag));
             }
             MountTransport::NineP => {
@@ -257,7 +264,11 @@ fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
                     detail: if dead {
                         format!("exited at start: {}", nubo_core::file::escape_control(said.trim()))
                     } else {
-                        format!("made no socket in {} s; its log is {}", SOCKET_WAIT.as_secs(), log.display())
+                        format!(
+                            "made no socket in {} s; its log is {}",
+                            SOCKET_WAIT.as_secs(),
+                            log.display()
+                        )
                     },
                 });
             }

@@ -256,7 +256,14 @@ impl Engine {
                     .registry
                     .resolve(plan.backend)?
                     .guest_network(&self.machine_spec(&plan, &uuid, None));
-                Some(seed::build(spec, &uuid, &plan.hostname, &nubo_key, net.as_ref(), &plan.mounts)?)
+                Some(seed::build(
+                    spec,
+                    &uuid,
+                    &plan.hostname,
+                    &nubo_key,
+                    net.as_ref(),
+                    &plan.mounts,
+                )?)
             }
             _ => None,
         };

@@ -5,8 +5,8 @@ mod create;
 mod inspect;
 mod lifecycle;
 mod logs;
-mod mount;
 mod ls;
+mod mount;
 mod snapshot;
 mod ssh;
 

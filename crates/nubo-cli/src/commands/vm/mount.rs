@@ -10,7 +10,12 @@ pub fn mount(a: &MountArgs, engine: &Engine) -> anyhow::Result<()> {
         .pop()
         .expect("one argument gives one mount");
     engine.mount(&a.name, &m)?;
-    eprintln!("vm `{}`: {} shared at {}", a.name, m.host_path.display(), m.guest().display());
+    eprintln!(
+        "vm `{}`: {} shared at {}",
+        a.name,
+        m.host_path.display(),
+        m.guest().display()
+    );
     Ok(())
 }
 
