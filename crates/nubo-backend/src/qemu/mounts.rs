@@ -313,7 +313,8 @@ fn stop_indices(name: &str, run_dir: &Path, indices: impl IntoIterator<Item = us
             ours: Box::new(|pid| process::cmdline_has_pair(pid, "--socket-path", &sock)),
         };
         vmm.kill_now()?;
-        for p in [PathBuf::from(&sock), pf.clone()] {
+        // virtiofsd's own lock file is `<socket>.pid`.
+        for p in [PathBuf::from(&sock), PathBuf::from(format!("{sock}.pid")), pf.clone()] {
             match fs::remove_file(&p) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                     return Err(BackendError::Io {
