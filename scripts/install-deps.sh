@@ -39,3 +39,23 @@ $SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" \
   libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
 # The libvirt benchmark's peer (virt-install --import).
 $SUDO apt-get install -y -qq --no-install-recommends virtinst
+# virtiofsd for shared folders (vm create --mount) over virtio-fs. Debian 12 has no package (QEMU
+# 7.2 dropped its C virtiofsd; the Rust one is packaged from Debian 13 on), so there the pinned
+# release is built from crates.io (about a minute; needs cargo) into /usr/libexec, where Debian's
+# package puts it. QEMU's vhost-user descriptor lets libvirt find it too.
+VIRTIOFSD_VERSION=1.14.0
+if apt-cache show virtiofsd >/dev/null 2>&1; then
+  $SUDO apt-get install -y -qq --no-install-recommends virtiofsd
+elif ! /usr/libexec/virtiofsd --version 2>/dev/null | grep -qx "virtiofsd $VIRTIOFSD_VERSION"; then
+  $SUDO apt-get install -y -qq --no-install-recommends libseccomp-dev libcap-ng-dev
+  command -v cargo >/dev/null || { echo "install-deps: building virtiofsd needs cargo (rustup.rs)" >&2; exit 1; }
+  vfs_tmp=$(mktemp -d)
+  cargo install --quiet --locked --root "$vfs_tmp" virtiofsd --version "$VIRTIOFSD_VERSION"
+  $SUDO install -m 0755 "$vfs_tmp/bin/virtiofsd" /usr/libexec/virtiofsd
+  rm -rf "$vfs_tmp"
+fi
+if [ ! -e /usr/share/qemu/vhost-user/50-qemu-virtiofsd.json ]; then
+  $SUDO mkdir -p /usr/share/qemu/vhost-user
+  printf '{\n  "description": "virtiofsd: vhost-user virtio-fs device backend",\n  "type": "fs",\n  "binary": "/usr/libexec/virtiofsd"\n}\n' \
+    | $SUDO tee /usr/share/qemu/vhost-user/50-qemu-virtiofsd.json >/dev/null
+fi

@@ -30,7 +30,10 @@ use nubo_core::{ErrorKind, VmState};
 use serde::{Deserialize, Serialize};
 
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
-pub use spec::{Boot, Disk, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
+pub use spec::{
+    mount_tag, Boot, Disk, Firmware, MachineKind, MachineSpec, MountTransport, NetworkMode, SeedDevice, SeedFormat,
+    SharedDir,
+};
 
 /// Every built-in backend, with libvirt on its default URI.
 pub fn builtin_registry() -> Registry {
@@ -433,5 +436,34 @@ pub trait Backend: Send + Sync {
     /// on a bridge without DHCP). Pure over `spec`; `None` by default.
     fn guest_network(&self, _spec: &MachineSpec) -> Option<GuestNetwork> {
         None
+    }
+
+    /// How this backend shares a host directory with the guest, with a note when it chose a
+    /// fallback; a typed "unsupported" by default. Asked while planning, before any file exists.
+    fn mount_transport(&self) -> Result<(MountTransport, Option<String>), BackendError> {
+        Err(BackendError::unsupported(
+            self.id(),
+            "shared folders (--mount)",
+            "the qemu or libvirt backend",
+        ))
+    }
+
+    /// Adds a shared folder to a running VM (`vm mount`). No backend hot-plugs one yet: virtio-fs
+    /// needs guest memory shared from boot and a device the guest then has to mount.
+    fn mount_running(&self, _vm: &VmRef, _dir: &SharedDir) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(
+            self.id(),
+            "adding a shared folder to a running VM (vm mount)",
+            "`nubo vm rm` and `nubo vm create --mount HOST_DIR[:GUEST_DIR][:ro]` again",
+        ))
+    }
+
+    /// Removes a shared folder from a running VM (`vm umount`).
+    fn unmount_running(&self, _vm: &VmRef, _tag: &str) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(
+            self.id(),
+            "removing a shared folder from a running VM (vm umount)",
+            "`umount` inside the guest, or `nubo vm rm` and `nubo vm create` without that --mount",
+        ))
     }
 }

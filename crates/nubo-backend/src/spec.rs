@@ -119,4 +119,47 @@ pub struct MachineSpec {
     /// [`crate::Backend::check`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
+    /// Host directories shared with the guest, resolved (canonical host paths, tags, transport).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<SharedDir>,
+}
+
+/// How a shared folder reaches the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountTransport {
+    /// virtio-fs: a `virtiofsd` per folder on a vhost-user socket; guest memory shared (memfd).
+    Virtiofs,
+    /// virtio-9p served by the VMM itself (QEMU's `-fsdev local`).
+    #[serde(rename = "9p")]
+    NineP,
+}
+
+impl MountTransport {
+    /// The guest's filesystem type (fstab's third field).
+    pub fn fs_type(self) -> &'static str {
+        match self {
+            MountTransport::Virtiofs => "virtiofs",
+            MountTransport::NineP => "9p",
+        }
+    }
+}
+
+/// One shared folder as the backend realises it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedDir {
+    /// The device's tag, which the guest mounts by: `mount0`, `mount1`, ... (ASCII, no escaping).
+    pub tag: String,
+    /// The host directory, canonical (no symlink left to swap), checked to be a directory.
+    pub host: PathBuf,
+    /// Where the guest mounts it.
+    pub guest: PathBuf,
+    /// Enforced by the device: virtiofsd `--readonly`, 9p `readonly=on`, libvirt `<readonly/>`.
+    pub read_only: bool,
+    pub transport: MountTransport,
+}
+
+/// The tag of the `index`th shared folder.
+pub fn mount_tag(index: usize) -> String {
+    format!("mount{index}")
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod host;
 pub mod lifecycle;
 pub mod lock;
+mod mounts;
 pub mod plan;
 pub mod readiness;
 pub mod record;

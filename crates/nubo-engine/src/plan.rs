@@ -67,6 +67,9 @@ pub struct Plan {
     pub hostname: String,
     pub ssh_user: String,
     pub notes: Vec<String>,
+    /// Shared folders, resolved (canonical host directories, tags, transport).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<nubo_backend::SharedDir>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -245,6 +248,7 @@ pub fn decide(
             hostname,
             ssh_user,
             notes,
+            mounts: Vec::new(),
         },
         caps,
     ))

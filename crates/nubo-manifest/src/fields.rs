@@ -45,6 +45,7 @@ fn vm_paths(field: Field) -> &'static [&'static str] {
         Field::Backend => &["spec.backend"],
         Field::SshUser => &["spec.sshUser"],
         Field::BootTimeout => &["spec.bootTimeout"],
+        Field::Mounts => &["spec.mounts"],
     }
 }
 
@@ -85,6 +86,7 @@ fn workload_paths(field: Field) -> &'static [&'static str] {
         Field::Backend => &["spec.backend"],
         Field::SshUser => &["spec.microvm.sshUser"],
         Field::BootTimeout => &["spec.microvm.bootTimeout"],
+        Field::Mounts => &["spec.microvm.mounts"],
     }
 }
 

@@ -225,7 +225,26 @@ impl Cx<'_> {
         spec.backend = s.backend.clone();
         spec.ssh_user = s.ssh_user.clone();
         spec.boot_timeout = boot_timeout;
+        spec.mounts = self.mounts(s.mounts.as_deref().unwrap_or_default());
         Some(spec)
+    }
+
+    /// `mounts:` entries, `HOST_DIR[:GUEST_DIR][:ro]` each, host directories made absolute
+    /// against the manifest's directory.
+    fn mounts(&mut self, list: &[String]) -> Vec<nubo_spec::MountSpec> {
+        let mut out = Vec::new();
+        for (i, text) in list.iter().enumerate() {
+            let at = format!("spec.mounts[{i}]");
+            match nubo_spec::MountSpec::parse(text) {
+                Ok(mut m) => {
+                    let host = m.host_path.to_string_lossy().into_owned();
+                    m.host_path = self.path(&at, &host);
+                    out.push(m);
+                }
+                Err(why) => self.err(&at, why),
+            }
+        }
+        out
     }
 
     fn workload(&mut self, w: &WorkloadSpec) -> (Option<VmSpec>, Vec<String>) {

@@ -127,6 +127,10 @@ pub fn schema() -> Value {
         "bootTimeout".into(),
         text("how long `--wait` waits for cloud-init: `90s`, `5m`"),
     );
+    vm.insert(
+        "mounts".into(),
+        json!({ "type": "array", "items": { "type": "string" }, "description": "shared folders, each `HOST_DIR[:GUEST_DIR][:ro]` as `--mount` (a relative HOST_DIR is against the manifest's directory)" }),
+    );
 
     let mut micro = source_properties();
     micro.insert("vcpus".into(), json!({ "type": "integer", "minimum": 1 }));

@@ -74,6 +74,8 @@ pub struct VirtualMachineSpec {
     pub cloud_init: Option<CloudInitDoc>,
     pub ssh_user: Option<String>,
     pub boot_timeout: Option<String>,
+    /// Shared folders, `HOST_DIR[:GUEST_DIR][:ro]` each, as `--mount`.
+    pub mounts: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

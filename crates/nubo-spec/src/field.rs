@@ -36,6 +36,7 @@ pub enum Field {
     Backend,
     SshUser,
     BootTimeout,
+    Mounts,
 }
 
 impl Field {
@@ -68,6 +69,7 @@ impl Field {
         Field::Backend,
         Field::SshUser,
         Field::BootTimeout,
+        Field::Mounts,
     ];
 
     /// The field's path as its serialised (manifest) form names it.
@@ -100,6 +102,7 @@ impl Field {
             Field::Backend => "spec.backend",
             Field::SshUser => "spec.sshUser",
             Field::BootTimeout => "spec.bootTimeout",
+            Field::Mounts => "spec.mounts",
         }
     }
 }

@@ -59,6 +59,9 @@ pub struct VmSpec {
     /// Written as humantime text (`5m`, `90s`).
     #[serde(default, with = "humantime_opt", skip_serializing_if = "Option::is_none")]
     pub boot_timeout: Option<Duration>,
+    /// Host directories shared with the guest (`--mount`, a manifest's `mounts:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<crate::mount::MountSpec>,
 }
 
 /// Where the VM's disk comes from. The engine makes a copy-on-write overlay on top of it, so the
@@ -207,6 +210,7 @@ impl VmSpec {
             backend: None,
             ssh_user: None,
             boot_timeout: None,
+            mounts: Vec::new(),
         }
     }
 }

@@ -56,6 +56,7 @@ impl VmSpec {
                 e.push(err);
             }
         }
+        crate::mount::check(&self.mounts, &mut e);
         SpecErrors::check(e)
     }
 }

@@ -1093,6 +1093,7 @@ mod tests {
             network,
             ports: Vec::new(),
             options: BTreeMap::new(),
+            mounts: Vec::new(),
         }
     }
 

@@ -200,6 +200,7 @@ mod tests {
             network,
             ports: Vec::new(),
             options: BTreeMap::new(),
+            mounts: Vec::new(),
         }
     }
 

@@ -8,6 +8,7 @@
 //! without it (or with another directory) is never adopted, stopped or removed.
 
 pub mod ffi;
+pub mod mounts;
 pub mod render;
 pub mod xml;
 
@@ -430,6 +431,10 @@ impl Backend for LibvirtBackend {
 
     fn host_checks(&self) -> Vec<HostCheck> {
         checks(self)
+    }
+
+    fn mount_transport(&self) -> Result<(crate::MountTransport, Option<String>), BackendError> {
+        Ok((crate::MountTransport::Virtiofs, None))
     }
 
     fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {

@@ -106,6 +106,7 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         p(&spec.vm_dir)
     );
     let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mib);
+    x.push_str(&super::mounts::memory_backing(spec));
     let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.vcpus);
     let machine = match d.machine {
         Machine::Pc => "pc",
@@ -201,6 +202,7 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         }
         x.push_str("      <model type='virtio'/>\n    </interface>\n");
     }
+    x.push_str(&super::mounts::filesystems(spec));
     let _ = writeln!(
         x,
         "    <serial type='pty'>\n      <log file='{}' append='off'/>\n      <target port='0'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>",

@@ -6,6 +6,7 @@
 //! (re-picked when another program took it), the serial console QEMU logs to a file, and the
 //! accelerator policy.
 
+pub mod mounts;
 pub mod options;
 pub mod probe;
 pub mod qmp;
@@ -137,6 +138,7 @@ impl QemuBackend {
             .then(probe::host_tsc_khz)
             .flatten();
         let networked = spec.network != NetworkMode::None;
+        let file_servers = mounts::start(spec, &st.run_dir)?;
         for attempt in 1..=PORT_ATTEMPTS {
             // A published port someone else took since the VM last ran is named, not retried.
             crate::ports::check_free(&spec.ports)?;
@@ -149,6 +151,7 @@ impl QemuBackend {
             }
             match self.launch(&argv, spec, &st)? {
                 Some(pid) => {
+                    file_servers.keep();
                     *state = st.to_value();
                     return Ok(BootInfo {
                         pid: Some(pid.as_raw() as u32),
@@ -417,7 +420,12 @@ impl Backend for QemuBackend {
         if o.accel == Accel::Kvm {
             probe::resolve_accel(Accel::Kvm, &self.kvm())?;
         }
+        mounts::check(spec)?;
         Ok(Vec::new())
+    }
+
+    fn mount_transport(&self) -> Result<(crate::MountTransport, Option<String>), BackendError> {
+        Ok(mounts::transport())
     }
 
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
@@ -473,10 +481,12 @@ impl Backend for QemuBackend {
                 && self.command(vm, "system_powerdown").is_ok()
                 && wait_gone(&st, vm.uuid, timeout)
             {
+                mounts::stop_found(vm.name, &st.run_dir)?;
                 return remove_runtime_files(&st);
             }
         }
         kill_now(vm.name, &st, vm.uuid)?;
+        mounts::stop_found(vm.name, &st.run_dir)?;
         remove_runtime_files(&st)
     }
 
@@ -495,6 +505,7 @@ impl Backend for QemuBackend {
         if st.run_dir.as_os_str().is_empty() {
             return Ok(());
         }
+        mounts::stop_found(vm.name, &st.run_dir)?;
         match fs::remove_dir_all(&st.run_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BackendError::Io {
                 what: format!("removing {}", st.run_dir.display()),
@@ -747,6 +758,7 @@ fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
             .is_none()
             .then(|| "qemu UEFI boots (--firmware efi)".into()),
     });
+    out.push(mounts::host_check());
     out
 }
 

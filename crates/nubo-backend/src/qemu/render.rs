@@ -223,6 +223,7 @@ pub fn argv(
         ]);
     }
     push(&["-device", &dev("virtio-rng-pci", "virtio-rng-device")]);
+    a.extend(super::mounts::argv(spec, &st.run_dir, micro));
     Ok(a)
 }
 
@@ -307,6 +308,7 @@ mod tests {
             network: NetworkMode::Restricted,
             ports: Vec::new(),
             options: Default::default(),
+            mounts: Vec::new(),
         }
     }
 

@@ -48,6 +48,25 @@ pub enum VmCmd {
     /// Snapshots of a VM: disk and memory while it runs, disk only while it is stopped
     #[command(subcommand)]
     Snapshot(SnapshotCmd),
+    /// Share a host directory with a running VM (where the backend can hot-plug; none can yet)
+    Mount(MountArgs),
+    /// Stop sharing a directory with a running VM (where the backend can hot-unplug)
+    Umount(UmountArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct MountArgs {
+    pub name: String,
+    /// HOST_DIR[:GUEST_DIR][:ro], as `vm create --mount`
+    #[arg(value_name = "HOST_DIR[:GUEST_DIR][:ro]")]
+    pub mount: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UmountArgs {
+    pub name: String,
+    /// The guest directory the folder is mounted on
+    pub guest_dir: PathBuf,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -178,6 +197,10 @@ pub struct CreateArgs {
     /// Attach your own NoCloud seed image as is (instead of nubo making one)
     #[arg(long)]
     pub seed: Option<PathBuf>,
+    /// Share a host directory (repeatable); GUEST_DIR defaults to HOST_DIR's own path; `ro` is
+    /// enforced by the device. virtio-fs (9p where virtiofsd is missing), mounted by cloud-init
+    #[arg(long = "mount", value_name = "HOST_DIR[:GUEST_DIR][:ro]")]
+    pub mounts: Vec<String>,
     /// Boot this kernel directly (default when the image records its kernel)
     #[arg(long)]
     pub kernel: Option<PathBuf>,

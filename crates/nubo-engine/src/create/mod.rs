@@ -59,6 +59,9 @@ impl Engine {
         let facts = self.gather(spec, pull, events)?;
         let (mut plan, _caps) = plan::decide(spec, &facts, &self.registry)?;
         let backend = self.registry.resolve(plan.backend)?;
+        let (mounts, notes) = crate::mounts::resolve(spec, &plan, backend)?;
+        plan.mounts = mounts;
+        plan.notes.extend(notes);
         let preview = self.machine_spec(&plan, "00000000-0000-0000-0000-000000000000", None);
         plan.notes.extend(backend.check(&preview)?);
         Ok((plan, facts))
@@ -236,6 +239,7 @@ impl Engine {
             network: plan.network.clone(),
             ports: plan.ports.clone(),
             options: plan.options.clone(),
+            mounts: plan.mounts.clone(),
             vm_dir,
         }
     }
@@ -259,7 +263,14 @@ impl Engine {
                     .registry
                     .resolve(plan.backend)?
                     .guest_network(&self.machine_spec(&plan, &uuid, None));
-                Some(seed::build(spec, &uuid, &plan.hostname, &nubo_key, net.as_ref())?)
+                Some(seed::build(
+                    spec,
+                    &uuid,
+                    &plan.hostname,
+                    &nubo_key,
+                    net.as_ref(),
+                    &plan.mounts,
+                )?)
             }
             _ => None,
         };
@@ -424,6 +435,7 @@ impl Engine {
                     &identity.hostname,
                     &identity.nubo_key,
                     net.as_ref(),
+                    &rec.machine.mounts,
                 )?);
             }
             events(Event::Step(format!(

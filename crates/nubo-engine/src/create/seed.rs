@@ -24,8 +24,10 @@ pub fn build(
     hostname: &str,
     nubo_key: &str,
     net: Option<&nubo_backend::GuestNetwork>,
+    shared: &[nubo_backend::SharedDir],
 ) -> Result<SeedBytes, EngineError> {
     let ci = &spec.cloud_init;
+    let mounts = crate::mounts::cloud_config(shared);
     let mut keys = ci.ssh_keys.clone();
     keys.push(nubo_key.to_owned());
     let mut notes = Vec::new();
@@ -33,21 +35,30 @@ pub fn build(
         Some(ud) => {
             let vd = match &ci.vendor_data {
                 Some(v) => v.content().unwrap_or_default().to_vec(),
-                None => nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
-                    hostname: None,
-                    ssh_authorized_keys: keys,
-                }),
+                None => crate::mounts::append(
+                    nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
+                        hostname: None,
+                        ssh_authorized_keys: keys,
+                    }),
+                    &mounts,
+                ),
             };
+            if !mounts.is_empty() {
+                notes.push("the shared folders' `mounts:` go in vendor-data too: a `mounts:` key in your user-data replaces them".into());
+            }
             notes.push(
                 "your user-data is passed through as is; nubo's SSH key goes in vendor-data, so `nubo vm ssh` works unless your user-data sets ssh_authorized_keys (then add nubo's key, `nubo vm ssh-key`, to it)".into(),
             );
             (ud.content().unwrap_or_default().to_vec(), Some(vd))
         }
         None => (
-            nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
-                hostname: Some(hostname.to_owned()),
-                ssh_authorized_keys: keys,
-            }),
+            crate::mounts::append(
+                nubo_seed::render_cloud_config(&nubo_seed::CloudConfig {
+                    hostname: Some(hostname.to_owned()),
+                    ssh_authorized_keys: keys,
+                }),
+                &mounts,
+            ),
             ci.vendor_data
                 .as_ref()
                 .map(|v| v.content().unwrap_or_default().to_vec()),

@@ -210,6 +210,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
         backend: r.backend,
         ssh_user: r.ssh_user,
         boot_timeout: None,
+        mounts: Vec::new(),
     };
     let ssh = old.ssh.map_or_else(
         || SshLogin {
@@ -246,6 +247,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
             network,
             ports: Vec::new(),
             options,
+            mounts: Vec::new(),
         },
         name: old.name,
         uuid: old.uuid,

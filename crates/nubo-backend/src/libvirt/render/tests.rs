@@ -23,6 +23,7 @@ fn spec(boot: Boot) -> MachineSpec {
         network: NetworkMode::Forward,
         ports: Vec::new(),
         options: Default::default(),
+        mounts: Vec::new(),
     }
 }
 
@@ -345,4 +346,29 @@ fn snapshot_request_escapes_name() {
         snapshot("a<b"),
         "<domainsnapshot>\n  <name>a&lt;b</name>\n</domainsnapshot>\n"
     );
+}
+
+#[test]
+fn domain_shared_folders_memfd_virtiofs_golden() {
+    let mut s = spec(bios());
+    s.mounts = vec![
+        crate::SharedDir {
+            tag: "mount0".into(),
+            host: "/srv/data".into(),
+            guest: "/srv/data".into(),
+            read_only: false,
+            transport: crate::MountTransport::Virtiofs,
+        },
+        crate::SharedDir {
+            tag: "mount1".into(),
+            host: "/srv/it's <ro>".into(),
+            guest: "/mnt/ro".into(),
+            read_only: true,
+            transport: crate::MountTransport::Virtiofs,
+        },
+    ];
+
+    let xml = domain(&s, &params(Machine::Pc, net(), true));
+
+    golden("mounts", &xml);
 }

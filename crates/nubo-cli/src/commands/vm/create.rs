@@ -96,6 +96,7 @@ pub fn flag(field: Field) -> &'static str {
         Field::Backend => "--backend",
         Field::SshUser => "--ssh-user",
         Field::BootTimeout => "--boot-timeout",
+        Field::Mounts => "--mount",
     }
 }
 
@@ -243,6 +244,7 @@ pub fn spec(a: &CreateArgs, default_image: Option<&str>, home: Option<&Path>) ->
         vendor_data: None,
         seed: a.seed.as_deref().map(absolute).transpose()?,
     };
+    spec.mounts = mounts(&a.mounts)?;
     spec.backend = a.backend.clone();
     spec.ssh_user = a.ssh_user.clone();
     spec.boot_timeout = a.wait.then_some(a.boot_timeout);
@@ -254,6 +256,17 @@ fn publish(values: &[String]) -> anyhow::Result<Vec<nubo_core::PortForward>> {
     values
         .iter()
         .map(|v| nubo_core::PortForward::parse(v).with_context(|| "--publish".to_owned()))
+        .collect()
+}
+
+/// `--mount HOST_DIR[:GUEST_DIR][:ro]`, each host directory made absolute against the cwd.
+pub fn mounts(args: &[String]) -> anyhow::Result<Vec<nubo_spec::MountSpec>> {
+    args.iter()
+        .map(|text| {
+            let mut m = nubo_spec::MountSpec::parse(text).map_err(|why| anyhow::anyhow!("--mount: {why}"))?;
+            m.host_path = absolute(&m.host_path)?;
+            Ok(m)
+        })
         .collect()
 }
 

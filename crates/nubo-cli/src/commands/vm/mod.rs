@@ -7,6 +7,7 @@ mod inspect;
 mod lifecycle;
 mod logs;
 mod ls;
+mod mount;
 mod snapshot;
 mod ssh;
 
@@ -46,6 +47,8 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Inspect(a) => inspect::run(&a.name, &engine),
         VmCmd::DefaultBackend(a) => lifecycle::default_backend(&a, &engine),
         VmCmd::Snapshot(c) => snapshot::run(c, &engine),
+        VmCmd::Mount(a) => mount::mount(&a, &engine),
+        VmCmd::Umount(a) => mount::umount(&a, &engine),
     }
 }
 

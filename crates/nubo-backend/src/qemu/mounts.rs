@@ -1,0 +1,427 @@
+//! Shared folders on the qemu backend: virtio-fs through one `virtiofsd` per folder, 9p as the
+//! fallback where virtiofsd is not installed.
+//!
+//! - virtio-fs: nubo starts `virtiofsd --socket-path RUN/fsN.sock --shared-dir HOST [--readonly]`
+//!   before QEMU, detached in its own process group (nubo has no daemon, and QEMU is
+//!   daemonized too). QEMU connects to the socket as a vhost-user client; virtiofsd exits by
+//!   itself when QEMU disconnects (the VM stops or dies). nubo writes each virtiofsd's pid to
+//!   `RUN/fsN.pid` and kills any left (recognised by `--socket-path <its socket>` on its command
+//!   line, as QEMU is by `-uuid`) on stop, destroy and a failed boot. vhost-user needs the guest's
+//!   RAM shared with virtiofsd: `memory-backend-memfd,share=on` as the machine's memory.
+//! - 9p: QEMU serves the folder itself (`-fsdev local,security_model=none`), `readonly=on` for
+//!   read-only ones. Debian's cloud kernel has no 9p, so this is only a fallback.
+//!
+//! Read-only is enforced on the host side in both cases: a guest that remounts read-write still
+//! cannot write.
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::state::check_socket_path;
+use crate::process::{self, Vmm};
+use crate::spec::{MachineSpec, MountTransport, SharedDir};
+use crate::BackendError;
+
+pub const VIRTIOFSD: &str = "virtiofsd";
+/// Where distributions put virtiofsd outside PATH (Debian's and Fedora's packages).
+const VIRTIOFSD_DIRS: &[&str] = &["/usr/libexec", "/usr/lib/qemu"];
+/// How long virtiofsd may take to create its socket: it only parses options and binds.
+const SOCKET_WAIT: Duration = Duration::from_secs(10);
+
+/// virtiofsd, from PATH or where distributions install it.
+pub fn find_virtiofsd() -> Option<PathBuf> {
+    super::probe::which(VIRTIOFSD, std::env::var_os("PATH").as_deref()).or_else(|| {
+        VIRTIOFSD_DIRS
+            .iter()
+            .map(|d| Path::new(d).join(VIRTIOFSD))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The vhost-user socket of the `index`th shared folder.
+pub fn socket(run_dir: &Path, index: usize) -> PathBuf {
+    run_dir.join(format!("fs{index}.sock"))
+}
+
+fn pid_file(run_dir: &Path, index: usize) -> PathBuf {
+    run_dir.join(format!("fs{index}.pid"))
+}
+
+fn log_file(run_dir: &Path, index: usize) -> PathBuf {
+    run_dir.join(format!("fs{index}.log"))
+}
+
+/// A value inside QEMU's `key=value,...` option syntax: a comma is doubled so a path holding
+/// one cannot add options of its own.
+fn opt(p: &Path) -> String {
+    p.display().to_string().replace(',', ",,")
+}
+
+/// QEMU's arguments for the VM's shared folders (pure): the shared memory backend when any is
+/// virtio-fs, then one device per folder. `-m` stays as rendered; `size` matches it.
+pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
+    let mut a = Vec::new();
+    if spec.mounts.is_empty() {
+        return a;
+    }
+    if spec.mounts.iter().any(|m| m.transport == MountTransport::Virtiofs) {
+        a.push("-object".into());
+        a.push(format!(
+            "memory-backend-memfd,id=mem0,size={}M,share=on",
+            spec.memory_mib
+        ));
+        a.push("-machine".into());
+        a.push("memory-backend=mem0".into());
+    }
+    for (i, m) in spec.mounts.iter().enumerate() {
+        match m.transport {
+            MountTransport::Virtiofs => {
+                a.push("-chardev".into());
+                a.push(format!("socket,id=fs{i},path={}", opt(&socket(run_dir, i))));
+                a.push("-device".into());
+                let dev = if micro {
+                    "vhost-user-fs-device"
+                } else {
+                    "vhost-user-fs-pci"
+                };
+                a.push(format!("{dev},chardev=fs{i},tag={}", m.tag));
+            }
+            MountTransport::NineP => {
+                a.push("-fsdev".into());
+                let ro = if m.read_only { ",readonly=on" } else { "" };
+                a.push(format!("local,id=fs{i},path={},security_model=none{ro}", opt(&m.host)));
+                a.push("-device".into());
+                let dev = if micro { "virtio-9p-device" } else { "virtio-9p-pci" };
+                a.push(format!("{dev},fsdev=fs{i},mount_tag={}", m.tag));
+            }
+        }
+    }
+    a
+}
+
+/// virtiofsd's argv for one folder (pure). Separate arguments, so no path is parsed as an
+/// option. Run as root it sandboxes itself in namespaces; otherwise it cannot, and serves as
+/// the calling user (`--sandbox none`).
+pub fn virtiofsd_argv(binary: &Path, m: &SharedDir, socket: &Path, root: bool) -> Vec<String> {
+    let mut a = vec![
+        binary.display().to_string(),
+        "--socket-path".into(),
+        socket.display().to_string(),
+        "--shared-dir".into(),
+        m.host.display().to_string(),
+        "--cache".into(),
+        "auto".into(),
+        "--sandbox".into(),
+        if root { "namespace" } else { "none" }.into(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    if m.read_only {
+        a.push("--readonly".into());
+    }
+    a
+}
+
+/// Before anything exists: socket paths fit, and virtiofsd is there when a folder needs it.
+pub fn check(spec: &MachineSpec) -> Result<(), BackendError> {
+    for (i, m) in spec.mounts.iter().enumerate() {
+        if m.transport == MountTransport::Virtiofs {
+            check_socket_path(&socket(&spec.run_dir, i))?;
+            if find_virtiofsd().is_none() {
+                return Err(virtiofsd_missing());
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn virtiofsd_missing() -> BackendError {
+    BackendError::Unavailable {
+        backend: "qemu",
+        why: "shared folders over virtio-fs need virtiofsd, which is not installed: install it (scripts/install-deps.sh), or recreate the VM".into(),
+    }
+}
+
+/// The transport for new shared folders: virtio-fs where virtiofsd is installed, else 9p.
+pub fn transport() -> (MountTransport, Option<String>) {
+    match find_virtiofsd() {
+        Some(_) => (MountTransport::Virtiofs, None),
+        None => (
+            MountTransport::NineP,
+            Some("virtiofsd is not installed: shared folders use 9p, which Debian's cloud kernel (linux-image-cloud-amd64) lacks; install virtiofsd (scripts/install-deps.sh) for virtio-fs".into()),
+        ),
+    }
+}
+
+/// The VM's running virtiofsds until QEMU has them: dropped without [`Started::keep`] (QEMU
+/// failed to start), it kills them.
+pub struct Started<'a> {
+    spec: &'a MachineSpec,
+    run_dir: &'a Path,
+    keep: bool,
+}
+
+impl Started<'_> {
+    pub fn keep(mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Started<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = stop(self.spec, self.run_dir);
+        }
+    }
+}
+
+/// `nubo doctor`'s line: virtiofsd for shared folders.
+pub fn host_check() -> crate::HostCheck {
+    let found = find_virtiofsd();
+    crate::HostCheck {
+        name: "virtiofsd".into(),
+        status: if found.is_some() {
+            crate::CheckStatus::Ok
+        } else {
+            crate::CheckStatus::Warn
+        },
+        detail: found.as_ref().map_or_else(
+            || "not installed: --mount falls back to 9p, which Debian's cloud kernel lacks".into(),
+            |p| p.display().to_string(),
+        ),
+        fix: found
+            .is_none()
+            .then(|| "run scripts/install-deps.sh (virtiofsd from crates.io; Debian 12 has no package)".into()),
+        blocks: found
+            .is_none()
+            .then(|| "shared folders over virtio-fs (vm create --mount)".into()),
+    }
+}
+
+/// Starts one virtiofsd per virtio-fs folder (after killing any a previous boot left) and waits
+/// for each socket. On any failure the ones already started are killed.
+pub fn start<'a>(spec: &'a MachineSpec, run_dir: &'a Path) -> Result<Started<'a>, BackendError> {
+    stop(spec, run_dir)?;
+    let started = Started {
+        spec,
+        run_dir,
+        keep: false,
+    };
+    start_all(spec, run_dir)?;
+    Ok(started)
+}
+
+fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
+    let wanted: Vec<(usize, &SharedDir)> = spec
+        .mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.transport == MountTransport::Virtiofs)
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let binary = find_virtiofsd().ok_or_else(virtiofsd_missing)?;
+    let root = nix::unistd::geteuid().is_root();
+    for (i, m) in wanted {
+        let sock = socket(run_dir, i);
+        let _ = fs::remove_file(&sock);
+        if !m.host.is_dir() {
+            return Err(BackendError::InvalidSpec(format!(
+                "shared folder {} of VM `{}` is no longer a directory: recreate it, or remove the VM and create it without that --mount",
+                m.host.display(),
+                spec.name
+            )));
+        }
+        let log = log_file(run_dir, i);
+        let log_out = fs::File::create(&log).map_err(BackendError::io(format!("creating {}", log.display())))?;
+        let argv = virtiofsd_argv(&binary, m, &sock, root);
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_out)
+            // Its own process group: a Ctrl-C to `nubo vm create --wait` does not end the VM's
+            // file server.
+            .process_group(0)
+            .spawn()
+            .map_err(BackendError::io(format!("starting {}", binary.display())))?;
+        let pid = child.id();
+        let pf = pid_file(run_dir, i);
+        fs::write(&pf, format!("{pid}\n")).map_err(BackendError::io(format!("writing {}", pf.display())))?;
+        let t0 = Instant::now();
+        while !sock.exists() {
+            // Its own exit status, not /proc: right after the spawn its command line can still
+            // read empty (mid-exec, see crate::process).
+            let dead = child.try_wait().ok().flatten().is_some();
+            if dead || t0.elapsed() > SOCKET_WAIT {
+                let said = fs::read_to_string(&log).unwrap_or_default();
+                return Err(BackendError::Remote {
+                    what: format!("virtiofsd for shared folder {} of VM `{}`", m.host.display(), spec.name),
+                    detail: if dead {
+                        format!("exited at start: {}", nubo_core::file::escape_control(said.trim()))
+                    } else {
+                        format!(
+                            "made no socket in {} s; its log is {}",
+                            SOCKET_WAIT.as_secs(),
+                            log.display()
+                        )
+                    },
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Not reaped here: nubo exits long before the VM stops, and init reaps it then.
+        drop(child);
+    }
+    Ok(())
+}
+
+/// Kills every virtiofsd of the VM's folders still running (normally each has exited with
+/// QEMU) and removes their sockets and pid files. Succeeds when none is left.
+pub fn stop(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
+    stop_indices(&spec.name, run_dir, 0..spec.mounts.len())
+}
+
+/// As [`stop`] for a VM whose machine is not at hand (destroy of an unreadable record): every
+/// `fsN.pid` in its run directory.
+pub fn stop_found(name: &str, run_dir: &Path) -> Result<(), BackendError> {
+    let Ok(entries) = fs::read_dir(run_dir) else {
+        return Ok(());
+    };
+    let indices: Vec<usize> = entries
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name();
+            n.to_str()?.strip_prefix("fs")?.strip_suffix(".pid")?.parse().ok()
+        })
+        .collect();
+    stop_indices(name, run_dir, indices)
+}
+
+fn stop_indices(name: &str, run_dir: &Path, indices: impl IntoIterator<Item = usize>) -> Result<(), BackendError> {
+    for i in indices {
+        let sock = socket(run_dir, i).display().to_string();
+        let pf = pid_file(run_dir, i);
+        let vmm = Vmm {
+            label: "virtiofsd",
+            vm: name,
+            pid_file: &pf,
+            ours: Box::new(|pid| process::cmdline_has_pair(pid, "--socket-path", &sock)),
+        };
+        vmm.kill_now()?;
+        // virtiofsd's own lock file is `<socket>.pid`.
+        for p in [PathBuf::from(&sock), PathBuf::from(format!("{sock}.pid")), pf.clone()] {
+            match fs::remove_file(&p) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(BackendError::Io {
+                        what: format!("removing {}", p.display()),
+                        source: e,
+                    })
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{Boot, Disk, Firmware, MachineKind, NetworkMode};
+
+    fn dir(i: usize, host: &str, ro: bool, t: MountTransport) -> SharedDir {
+        SharedDir {
+            tag: crate::spec::mount_tag(i),
+            host: host.into(),
+            guest: "/mnt/x".into(),
+            read_only: ro,
+            transport: t,
+        }
+    }
+
+    fn spec(mounts: Vec<SharedDir>) -> MachineSpec {
+        MachineSpec {
+            name: "web".into(),
+            uuid: "u".into(),
+            vm_dir: "/v/web".into(),
+            run_dir: "/run/nubo/vms/web".into(),
+            vcpus: 1,
+            memory_mib: 1024,
+            disk: Disk {
+                overlay: "/v/web/disk.qcow2".into(),
+                base: "/b".into(),
+                base_format: "qcow2".into(),
+                ..Default::default()
+            },
+            seed: None,
+            boot: Boot::Firmware {
+                firmware: Firmware::Bios,
+            },
+            machine: MachineKind::Default,
+            network: NetworkMode::None,
+            options: Default::default(),
+            ports: Vec::new(),
+            mounts,
+        }
+    }
+
+    #[test]
+    fn argv_no_mounts_is_empty() {
+        let a = argv(&spec(vec![]), Path::new("/run/nubo/vms/web"), false);
+
+        assert!(a.is_empty());
+    }
+
+    #[test]
+    fn argv_virtiofs_and_9p_golden() {
+        let s = spec(vec![
+            dir(0, "/srv/data", false, MountTransport::Virtiofs),
+            dir(1, "/srv/a,b=c", true, MountTransport::NineP),
+        ]);
+
+        let a = argv(&s, Path::new("/run/nubo/vms/web"), false).join(" ");
+
+        assert_eq!(
+            a,
+            "-object memory-backend-memfd,id=mem0,size=1024M,share=on -machine memory-backend=mem0 \
+             -chardev socket,id=fs0,path=/run/nubo/vms/web/fs0.sock -device vhost-user-fs-pci,chardev=fs0,tag=mount0 \
+             -fsdev local,id=fs1,path=/srv/a,,b=c,security_model=none,readonly=on -device virtio-9p-pci,fsdev=fs1,mount_tag=mount1"
+        );
+    }
+
+    #[test]
+    fn argv_only_9p_no_shared_memory() {
+        let s = spec(vec![dir(0, "/srv/data", false, MountTransport::NineP)]);
+
+        let a = argv(&s, Path::new("/r"), true).join(" ");
+
+        assert_eq!(a, "-fsdev local,id=fs0,path=/srv/data,security_model=none -device virtio-9p-device,fsdev=fs0,mount_tag=mount0");
+    }
+
+    #[test]
+    fn virtiofsd_argv_readonly_root_golden() {
+        let m = dir(0, "/srv/-x,y", true, MountTransport::Virtiofs);
+
+        let a = virtiofsd_argv(Path::new("/usr/libexec/virtiofsd"), &m, Path::new("/r/fs0.sock"), true).join(" ");
+
+        assert_eq!(
+            a,
+            "/usr/libexec/virtiofsd --socket-path /r/fs0.sock --shared-dir /srv/-x,y --cache auto --sandbox namespace --log-level warn --readonly"
+        );
+    }
+
+    #[test]
+    fn virtiofsd_argv_unprivileged_no_sandbox() {
+        let m = dir(0, "/srv/x", false, MountTransport::Virtiofs);
+
+        let a = virtiofsd_argv(Path::new("virtiofsd"), &m, Path::new("/r/fs0.sock"), false);
+
+        assert!(a.windows(2).any(|w| w == ["--sandbox", "none"]), "{a:?}");
+        assert!(!a.contains(&"--readonly".to_owned()));
+    }
+}
