@@ -299,8 +299,9 @@ fn ssh_keys_from(arg: &str, home: Option<&Path>) -> anyhow::Result<Vec<String>> 
                     nubo_core::file::escape_control(arg.trim_start_matches('@'))
                 );
             }
-            let text = String::from_utf8(bytes)
-                .map_err(|_| anyhow::anyhow!("--ssh-key file {shown} is not text: give the public key file (`.pub`)"))?;
+            let text = String::from_utf8(bytes).map_err(|_| {
+                anyhow::anyhow!("--ssh-key file {shown} is not text: give the public key file (`.pub`)")
+            })?;
             let mut keys = Vec::new();
             for (n, line) in text.lines().enumerate() {
                 let line = line.trim();
@@ -329,7 +330,10 @@ fn ssh_keys_from(arg: &str, home: Option<&Path>) -> anyhow::Result<Vec<String>> 
         }
     };
     if keys.is_empty() {
-        anyhow::bail!("--ssh-key {}: the file holds no keys", nubo_core::file::escape_control(arg));
+        anyhow::bail!(
+            "--ssh-key {}: the file holds no keys",
+            nubo_core::file::escape_control(arg)
+        );
     }
     Ok(keys)
 }
