@@ -55,6 +55,9 @@ pub enum InputError {
         "{what} is `-`, but standard input is a terminal: pipe or redirect the input (`... | nubo ...`, `< file`)"
     )]
     StdinTerminal { what: String },
+    /// A path the kernel refused as too long, and the other file errors, said once.
+    #[error(transparent)]
+    File(crate::FileError),
 }
 
 impl InputError {
@@ -62,6 +65,7 @@ impl InputError {
         match self {
             InputError::Io { error, .. } if error.kind() == io::ErrorKind::NotFound => crate::ErrorKind::NotFound,
             InputError::Io { .. } | InputError::TimedOut { .. } => crate::ErrorKind::Io,
+            InputError::File(e) => e.kind(),
             _ => crate::ErrorKind::InvalidInput,
         }
     }
@@ -73,10 +77,9 @@ pub fn read_small_input(path: &Path, what: &str, max: u64) -> Result<Vec<u8>, In
     if path == Path::new("-") {
         return read_stdin(what, max);
     }
-    let io_err = |error| InputError::Io {
-        what: what.to_owned(),
-        path: path.to_path_buf(),
-        error,
+    let io_err = |error| match crate::FileError::io(what, path, error) {
+        crate::FileError::Io { what, path, error } => InputError::Io { what, path, error },
+        other => InputError::File(other),
     };
     // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears.
     let file = OpenOptions::new()
@@ -89,7 +92,7 @@ pub fn read_small_input(path: &Path, what: &str, max: u64) -> Result<Vec<u8>, In
         return crate::file::read_bounded(path, what, max).map_err(|e| match e {
             crate::FileError::TooLarge { what, path, max } => InputError::TooLarge { what, path, max },
             crate::FileError::Io { error, .. } => io_err(error),
-            other => io_err(io::Error::other(other.to_string())),
+            other => InputError::File(other),
         });
     }
     if !ft.is_fifo() {
