@@ -16,6 +16,7 @@ mod field;
 pub mod limits;
 mod payload;
 mod spec;
+pub mod uri;
 mod validate;
 
 pub use admit::{admit, HostFacts, ResolvedResources};
@@ -23,6 +24,7 @@ pub use error::{FieldError, SpecErrors};
 pub use field::Field;
 pub use payload::Payload;
 pub use spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Network, Resources, VmSpec};
+pub use uri::{ConnectUri, UriError};
 pub use validate::{check_boot_timeout, check_ssh_user};
 
 #[cfg(test)]

@@ -501,7 +501,9 @@ fn console(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     let uuid = rec["uuid"].as_str().unwrap_or_default().to_owned();
     let state = rec["backend_state"].clone();
     let vm_dir = root.root().join("vms").join(VM);
-    let backend = nubo_backend::libvirt::LibvirtBackend::new(Some(lv.uri.clone()));
+    let backend = nubo_backend::libvirt::LibvirtBackend::new(Some(
+        nubo_spec::ConnectUri::parse(&lv.uri, nubo_spec::uri::Origin::Env).map_err(|e| e.to_string())?,
+    ));
     let vm = nubo_backend::VmRef {
         name: VM,
         uuid: &uuid,
