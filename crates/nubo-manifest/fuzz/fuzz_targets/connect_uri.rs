@@ -3,6 +3,8 @@
 //! the allowlist, and every refusal must render without a control character.
 #![no_main]
 
+use std::path::Component;
+
 use libfuzzer_sys::fuzz_target;
 use nubo_spec::uri::{ConnectUri, Origin, Param, Transport};
 
@@ -20,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
                     match p {
                         Param::Socket(path) => {
                             assert!(u.is_local(), "{s}");
-                            assert!(path.is_absolute() && !s.contains(".."), "{s}");
+                            let clean = path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+                            assert!(path.is_absolute() && clean, "{s}");
                             if origin == Origin::Spec {
                                 assert!(
                                     path.starts_with("/run/libvirt")
