@@ -228,5 +228,5 @@ fn substitute(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<S
 }
 
 fn esc(s: &str) -> String {
-    nubo_core::file::escape_control(s)
+    nubo_core::name::quote(s)
 }

@@ -160,3 +160,13 @@ fn usage_error_value_with_escape_is_escaped() {
 
     assert_refused_escaped(&o, 2, "\nforged");
 }
+
+#[test]
+fn build_arg_name_with_escape_is_refused_escaped() {
+    let env = Env::new();
+
+    let o = env.nubo(&["image", "build", "--build-arg", "A\x1b[31m\nB=1", "."]);
+
+    assert_refused_escaped(&o, 1, "\nB=");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("build-arg name `A\\u{1b}[31m\\nB`"));
+}

@@ -106,7 +106,10 @@ fn refusals(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     nubo(root, &args, QUICK)?.refused(&["pool `nosuch` does not exist"])?;
     // Inside libvirt's run directories (a --connect socket elsewhere is refused unparsed).
-    let args = with(&["--connect", "qemu:///system?socket=/run/libvirt/nonexistent/libvirt-sock"]);
+    let args = with(&[
+        "--connect",
+        "qemu:///system?socket=/run/libvirt/nonexistent/libvirt-sock",
+    ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     nubo(root, &args, QUICK)?.refused(&["unreachable", "--connect"])?;
 
