@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the crates whose parsers face untrusted bytes (nubo-disk: the image
 # inspector and header codecs; nubo-seed: the seed reader and YAML; nubo-manifest: the manifest
-# parser and lowering; nubo-build: the VMfile parser) for a bounded time each.
+# parser and lowering, and the libvirt connection URI allowlist (`connect_uri`); nubo-build: the
+# VMfile parser) for a bounded time each.
 #
-#   scripts/fuzz.sh [SECONDS]    # per target; default 20 (7 targets: with a cold build, about 5 minutes)
+#   scripts/fuzz.sh [SECONDS]    # per target; default 20 (8 targets: with a cold build, about 5 minutes)
 #
 # Needs the nightly toolchain (libFuzzer's instrumentation) and cargo-fuzz, which it installs
 # from crates.io when missing. Builds with the sanitizer off (the fuzzed code is safe Rust: a

@@ -42,7 +42,7 @@ pub fn builtin_registry() -> Registry {
 
 /// Every built-in backend; `libvirt_uri` (`NUBO_LIBVIRT_URI`, read by the binary) replaces
 /// libvirt's default URI (`qemu:///system` for root, `qemu:///session` otherwise).
-pub fn builtin_registry_with(libvirt_uri: Option<String>) -> Registry {
+pub fn builtin_registry_with(libvirt_uri: Option<nubo_spec::ConnectUri>) -> Registry {
     Registry::new(vec![
         Box::new(qemu::QemuBackend::default()),
         Box::new(cloud_hypervisor::CloudHypervisorBackend::default()),

@@ -358,18 +358,14 @@ fn key_values(line: usize, kw: &str, words: &[String]) -> Result<Vec<(String, St
         .collect()
 }
 
-/// An environment variable name, as POSIX shells accept it.
+/// An environment variable name, as POSIX shells accept it: [`nubo_core::name::NameKind::BuildArg`].
 fn check_var(line: usize, kw: &str, name: &str) -> Result<(), ParseError> {
-    let mut c = name.chars();
-    let ok = name.len() <= 128
-        && c.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && c.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !ok {
+    if nubo_core::name::check(nubo_core::name::NameKind::BuildArg, name).is_err() {
         return err(
             line,
             format!(
                 "{kw} name `{}` is not a variable name (letters, digits and `_`, not starting with a digit)",
-                nubo_core::file::escape_control(name)
+                nubo_core::name::quote(name)
             ),
         );
     }

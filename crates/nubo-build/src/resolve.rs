@@ -338,5 +338,5 @@ fn expand(line: usize, s: &str, vars: &BTreeMap<String, String>) -> Result<Strin
 }
 
 fn esc(s: &str) -> String {
-    nubo_core::file::escape_control(s)
+    nubo_core::name::quote(s)
 }

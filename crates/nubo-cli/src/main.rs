@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod output;
 mod settings;
+mod terminal;
 
 use std::process::ExitCode;
 
@@ -16,7 +17,10 @@ static ALLOC: nubo_core::alloc::LineAligned = nubo_core::alloc::LineAligned;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
     let settings = match settings::Settings::from_env(&args) {
         Ok(s) => s,
         Err(e) => return report(&e),
@@ -36,6 +40,37 @@ fn report(e: &anyhow::Error) -> ExitCode {
     if broken_pipe {
         return ExitCode::SUCCESS;
     }
-    eprintln!("error: {e:#}");
+    eprintln!("error: {}", terminal::sanitize(&format!("{e:#}"), &terminal::argv()));
     ExitCode::from(1)
+}
+
+/// clap's message (help and version go to stdout as clap prints them); a usage error quotes the
+/// argument it refuses, so it is printed without styles and with control characters escaped.
+fn usage(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let argv = terminal::argv();
+    let text = if argv.iter().any(|a| a.chars().any(char::is_control)) {
+        // clap quotes the value it refuses as typed (escapes stripped, newlines kept): say the
+        // same from its context, each value quoted escaped.
+        let what: Vec<String> = e
+            .context()
+            .filter(|(k, _)| !matches!(k, clap::error::ContextKind::Usage))
+            .map(|(k, v)| {
+                let k = k.as_str().unwrap_or("argument").to_lowercase();
+                format!("{k} `{}`", nubo_core::name::quote(&v.to_string()))
+            })
+            .collect();
+        format!(
+            "error: {}: {}\n\nFor more information, try '--help'.\n",
+            e.kind().as_str().unwrap_or("invalid arguments"),
+            what.join(", ")
+        )
+    } else {
+        e.render().to_string()
+    };
+    eprint!("{}", terminal::sanitize(&text, &argv));
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2))
 }

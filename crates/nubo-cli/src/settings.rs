@@ -13,8 +13,9 @@ pub struct Settings {
     pub roots: Roots,
     /// `NUBO_VM_BACKEND`: the backend for new VMs when neither the command nor the image names one.
     pub env_backend: Option<String>,
-    /// `NUBO_LIBVIRT_URI`: the libvirt URI in place of `qemu:///system` (root) or `qemu:///session`.
-    pub libvirt_uri: Option<String>,
+    /// `NUBO_LIBVIRT_URI`: the libvirt URI in place of `qemu:///system` (root) or `qemu:///session`,
+    /// checked against the same allowlist as a manifest's (any clean `socket=` path).
+    pub libvirt_uri: Option<nubo_spec::ConnectUri>,
     /// Progress bars and live phase lines on a TTY; plain lines otherwise.
     pub stderr_tty: bool,
     pub stdin_tty: bool,
@@ -67,7 +68,7 @@ impl Settings {
         Ok(Settings {
             roots,
             env_backend: std::env::var("NUBO_VM_BACKEND").ok().filter(|v| !v.is_empty()),
-            libvirt_uri: std::env::var("NUBO_LIBVIRT_URI").ok().filter(|v| !v.is_empty()),
+            libvirt_uri: libvirt_uri_from_env()?,
             stderr_tty,
             stdin_tty: std::io::stdin().is_terminal(),
             mirrors: mirrors_from_env(),
@@ -78,6 +79,17 @@ impl Settings {
             extra_ca: Vec::new(),
         })
     }
+}
+
+/// `NUBO_LIBVIRT_URI`, parsed: libvirt runs programs for some URIs, so one outside the
+/// allowlist is refused before any command runs.
+fn libvirt_uri_from_env() -> anyhow::Result<Option<nubo_spec::ConnectUri>> {
+    let Some(v) = std::env::var_os("NUBO_LIBVIRT_URI").filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let text = v.to_string_lossy();
+    let uri = nubo_spec::ConnectUri::parse(&text, nubo_spec::uri::Origin::Env).context("NUBO_LIBVIRT_URI")?;
+    Ok(Some(uri))
 }
 
 /// `NUBO_MIRROR_<DISTRO>` for each catalog distro that has one set.

@@ -26,8 +26,6 @@ pub enum EngineError {
     Corrupt { path: PathBuf, detail: String },
     #[error("nubo's settings file {} is corrupt ({detail}): delete it (it only holds the default backend) or fix its JSON", path.display())]
     CorruptSettings { path: PathBuf, detail: String },
-    #[error("snapshot name `{name}` is invalid: {why}: use 1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit and not all digits")]
-    SnapshotName { name: String, why: String },
     #[error("snapshot description is invalid: {0}")]
     SnapshotDescription(String),
     #[error("vm `{vm}` has no snapshot `{snapshot}`: `nubo vm snapshot ls {vm}` lists them")]
@@ -71,10 +69,9 @@ impl EngineError {
             EngineError::NotFound(_) => ErrorKind::NotFound,
             EngineError::Conflict { .. } => ErrorKind::AlreadyExists,
             EngineError::Busy { .. } | EngineError::InvalidState { .. } => ErrorKind::InvalidState,
-            EngineError::Spec(_)
-            | EngineError::Name(_)
-            | EngineError::SnapshotName { .. }
-            | EngineError::SnapshotDescription(_) => ErrorKind::InvalidInput,
+            EngineError::Spec(_) | EngineError::Name(_) | EngineError::SnapshotDescription(_) => {
+                ErrorKind::InvalidInput
+            }
             EngineError::SnapshotNotFound { .. } => ErrorKind::NotFound,
             EngineError::SnapshotExists { .. } => ErrorKind::AlreadyExists,
             EngineError::SnapshotRefused { .. } => ErrorKind::InvalidState,

@@ -17,39 +17,16 @@ use serde::Serialize;
 use crate::record::{self, SnapshotPhase, SnapshotRecord, VmRecord};
 use crate::{Engine, EngineError, Event};
 
-/// Long enough for a dated name and a word; short enough for a table column and a qcow2 tag.
-pub const MAX_NAME: usize = 64;
+/// The longest snapshot name: [`nubo_core::name::MAX_SNAPSHOT_LEN`].
+pub const MAX_NAME: usize = nubo_core::name::MAX_SNAPSHOT_LEN;
 pub const MAX_DESCRIPTION: usize = 1024;
 
-/// A snapshot name becomes a QMP tag, a `qemu-img` argument and a record key: letters, digits,
-/// `.`, `_`, `-`; it starts with a letter or digit (never `-`, never `.`/`..`) and is not all
-/// digits (QEMU looks snapshots up by name *or* numeric id, so `1` could mean another one).
+/// A snapshot name becomes a QMP tag, a `qemu-img` argument and a record key, so it follows
+/// [`nubo_core::name::NameKind::Snapshot`]: letters, digits, `.`, `_`, `-`, starting with a
+/// letter or digit (never `-`, never `.`/`..`), and not all digits (QEMU looks snapshots up by
+/// name *or* numeric id, so `1` could mean another one).
 pub fn validate_name(name: &str) -> Result<(), EngineError> {
-    let bad = |why: &str| {
-        Err(EngineError::SnapshotName {
-            name: nubo_core::file::escape_control(&name.chars().take(80).collect::<String>()),
-            why: why.to_owned(),
-        })
-    };
-    if name.is_empty() {
-        return bad("it is empty");
-    }
-    if name.len() > MAX_NAME {
-        return bad(&format!("it is {} bytes long", name.len()));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return bad(&format!("it contains {c:?}"));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return bad("it does not start with a letter or digit");
-    }
-    if name.bytes().all(|b| b.is_ascii_digit()) {
-        return bad("it is all digits, which QEMU would also read as a snapshot id");
-    }
-    Ok(())
+    nubo_core::name::check(nubo_core::name::NameKind::Snapshot, name).map_err(EngineError::from)
 }
 
 fn validate_description(d: &str) -> Result<(), EngineError> {

@@ -55,14 +55,7 @@ impl RefError {
 
 /// `s` made safe to quote in one line of an error: control characters escaped, long input cut.
 fn shown(s: &str) -> String {
-    const MAX: usize = 80;
-    let escaped = nubo_core::file::escape_control(s).replace('\n', "\\n");
-    if escaped.chars().count() > MAX {
-        let head: String = escaped.chars().take(MAX).collect();
-        format!("{head}…")
-    } else {
-        escaped
-    }
+    nubo_core::name::quote(s)
 }
 
 /// Release code names that mean a numbered release.
@@ -268,17 +261,10 @@ pub fn is_tag(t: &str) -> bool {
     check_tag(t).is_ok()
 }
 
-/// `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
+/// [`nubo_core::name::NameKind::Tag`]: `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`.
 fn check_tag(t: &str) -> Result<(), &'static str> {
-    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-    let bytes = t.as_bytes();
-    if bytes.len() > MAX_COMPONENT {
-        return Err("the tag is longer than 128 characters");
-    }
-    match bytes.split_first() {
-        Some((first, rest)) if word(*first) && rest.iter().all(|b| word(*b) || matches!(b, b'.' | b'-')) => Ok(()),
-        _ => Err("a tag is a letter, digit or `_` followed by up to 127 of those, `.` or `-`"),
-    }
+    nubo_core::name::check(nubo_core::name::NameKind::Tag, t)
+        .map_err(|_| "a tag is a letter, digit or `_` followed by up to 127 of those, `.` or `-`")
 }
 
 /// `algorithm:hex`; sha256 must be 64 lowercase hex digits, sha512 128.

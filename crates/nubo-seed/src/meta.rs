@@ -1,54 +1,32 @@
 //! `meta-data`: the instance-id and local-hostname cloud-init's NoCloud datasource reads.
 
 use nubo_core::file::escape_control;
+use nubo_core::name::{self, NameKind};
 
 use crate::error::SeedError;
 use crate::yaml::{quote, scalar};
 
-/// RFC 1035's limit on a name's length (in its dotted text form).
-const MAX_HOSTNAME: usize = 253;
-/// RFC 1035's limit on one label.
-const MAX_LABEL: usize = 63;
 /// cloud-init makes `/var/lib/cloud/instances/<id>`: an id must be a safe, short file name.
 const MAX_INSTANCE_ID: usize = 255;
 
-/// Checks `h` as an RFC 1123 host name (dotted labels of letters, digits and inner hyphens).
-/// Non-ASCII names are refused rather than converted: the guest's `hostname` needs the
-/// punycode form, and converting silently would make the name the user sees differ from the VM's.
+/// Checks `h` as an RFC 1123 host name: [`nubo_core::name::NameKind::Hostname`], nubo's one
+/// grammar for names. Non-ASCII names are refused rather than converted: the guest's `hostname`
+/// needs the punycode form, and converting silently would make the name the user sees differ
+/// from the VM's.
 pub fn validate_hostname(h: &str) -> Result<(), SeedError> {
-    let fail = |why: String| {
-        Err(SeedError::InvalidHostname {
-            hostname: quote(h),
-            why: escape_control(&why),
-        })
-    };
     if let Some(c) = h.chars().find(|c| !c.is_ascii()) {
-        return fail(format!("`{c}` is not ASCII: use the name's punycode (xn--) form"));
+        return Err(SeedError::InvalidHostname {
+            hostname: name::quote(h),
+            why: format!(
+                "`{}` is not ASCII: use the name's punycode (xn--) form",
+                name::quote(&c.to_string())
+            ),
+        });
     }
-    if h.is_empty() {
-        return fail("it is empty: give a name such as `web-1`".into());
-    }
-    if h.len() > MAX_HOSTNAME {
-        return fail(format!(
-            "it is {} characters long, over the limit of {MAX_HOSTNAME}",
-            h.len()
-        ));
-    }
-    for label in h.split('.') {
-        if label.is_empty() {
-            return fail("it has an empty label (leading, trailing or doubled `.`)".into());
-        }
-        if label.len() > MAX_LABEL {
-            return fail(format!("label `{label}` is over {MAX_LABEL} characters"));
-        }
-        if let Some(c) = label.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-')) {
-            return fail(format!("`{c}` is not allowed: use letters, digits and `-`"));
-        }
-        if label.starts_with('-') || label.ends_with('-') {
-            return fail(format!("label `{label}` starts or ends with `-`"));
-        }
-    }
-    Ok(())
+    name::check(NameKind::Hostname, h).map_err(|e| SeedError::InvalidHostname {
+        hostname: e.name,
+        why: format!("{}: {}", e.problem, NameKind::Hostname.grammar()),
+    })
 }
 
 /// Checks an instance-id: cloud-init uses it as a directory name, so it is kept to a portable
@@ -151,7 +129,7 @@ mod tests {
     fn validate_hostname_option_shaped_is_refused() {
         let err = validate_hostname("-oProxyCommand=x").unwrap_err();
 
-        assert!(err.to_string().contains("`=` is not allowed"), "{err}");
+        assert!(err.to_string().contains("contains '='"), "{err}");
     }
 
     #[test]

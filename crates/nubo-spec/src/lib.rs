@@ -18,6 +18,7 @@ mod mount;
 mod payload;
 mod ports;
 mod spec;
+pub mod uri;
 mod validate;
 
 pub use admit::{admit, HostFacts, ResolvedResources};
@@ -26,6 +27,7 @@ pub use field::Field;
 pub use mount::{check_mounts, MountSpec, MAX_MOUNTS};
 pub use payload::Payload;
 pub use spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Network, Resources, VmSpec};
+pub use uri::{ConnectUri, UriError};
 pub use validate::{check_boot_timeout, check_ssh_user};
 
 #[cfg(test)]

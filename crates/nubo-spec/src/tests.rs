@@ -412,6 +412,41 @@ fn validate_override_control_char_reports_key_path() {
     assert_eq!(paths(&s), ["spec.overrides.qemu.machine"]);
 }
 
+/// Issue 21: a libvirt URI with the `ext` transport made libvirt run `command=` during a dry run.
+#[test]
+fn validate_libvirt_uri_ext_transport_reports_path() {
+    let mut s = spec();
+    s.overrides = BTreeMap::from([(
+        "libvirt".into(),
+        BTreeMap::from([("uri".into(), "qemu+ext:///system?command=/abs/pwn.sh".into())]),
+    )]);
+
+    assert_eq!(paths(&s), ["spec.overrides.libvirt.uri"]);
+    assert!(message(&s).contains("`ext`"));
+}
+
+#[test]
+fn validate_libvirt_uri_alias_backend_is_checked() {
+    let mut s = spec();
+    s.overrides = BTreeMap::from([(
+        "virt".into(),
+        BTreeMap::from([("uri".into(), "qemu:///system?socket=/tmp/x".into())]),
+    )]);
+
+    assert_eq!(paths(&s), ["spec.overrides.virt.uri"]);
+}
+
+#[test]
+fn validate_libvirt_uri_tls_is_accepted() {
+    let mut s = spec();
+    s.overrides = BTreeMap::from([(
+        "libvirt".into(),
+        BTreeMap::from([("uri".into(), "qemu+tls://hv1.example:16514/system".into())]),
+    )]);
+
+    assert_eq!(paths(&s), Vec::<String>::new());
+}
+
 #[test]
 fn validate_override_bad_backend_key_reports_path() {
     let mut s = spec();

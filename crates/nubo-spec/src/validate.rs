@@ -13,6 +13,7 @@ use crate::field::Field;
 use crate::limits::*;
 use crate::payload::{is_hex, Payload};
 use crate::spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Network, Resources, VmSpec};
+use crate::uri::{ConnectUri, Origin};
 
 impl VmSpec {
     /// Checks every field and returns every problem found, in field order. Pure: the same spec
@@ -388,6 +389,11 @@ fn overrides(spec: &VmSpec, e: &mut Vec<FieldError>) {
                     &at,
                     format!("value contains `{}`: give printable text", c.escape_debug()),
                 ));
+            } else if matches!(backend.as_str(), "libvirt" | "virt") && key == "uri" {
+                // libvirt runs programs for some URIs: only the allowlisted forms pass.
+                if let Err(err) = ConnectUri::parse(value, Origin::Spec) {
+                    e.push(FieldError::at(Field::Overrides, &at, err.to_string()));
+                }
             }
         }
     }

@@ -105,7 +105,11 @@ fn refusals(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     let args = with(&["--pool", "nosuch"]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     nubo(root, &args, QUICK)?.refused(&["pool `nosuch` does not exist"])?;
-    let args = with(&["--connect", "qemu:///system?socket=/nonexistent/libvirt-sock"]);
+    // Inside libvirt's run directories (a --connect socket elsewhere is refused unparsed).
+    let args = with(&[
+        "--connect",
+        "qemu:///system?socket=/run/libvirt/nonexistent/libvirt-sock",
+    ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     nubo(root, &args, QUICK)?.refused(&["unreachable", "--connect"])?;
 
@@ -524,7 +528,9 @@ fn console(root: &TestRoot, lv: &Libvirtd) -> TestResult {
     let uuid = rec["uuid"].as_str().unwrap_or_default().to_owned();
     let state = rec["backend_state"].clone();
     let vm_dir = root.root().join("vms").join(VM);
-    let backend = nubo_backend::libvirt::LibvirtBackend::new(Some(lv.uri.clone()));
+    let backend = nubo_backend::libvirt::LibvirtBackend::new(Some(
+        nubo_spec::ConnectUri::parse(&lv.uri, nubo_spec::uri::Origin::Env).map_err(|e| e.to_string())?,
+    ));
     let vm = nubo_backend::VmRef {
         name: VM,
         uuid: &uuid,

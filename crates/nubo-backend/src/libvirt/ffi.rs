@@ -10,6 +10,8 @@
 use std::ffi::{c_char, c_int, c_longlong, c_uint, c_ulong, c_void, CStr, CString};
 use std::sync::OnceLock;
 
+use nubo_spec::ConnectUri;
+
 /// The SONAME nubo loads; it is what the Debian package `libvirt0` installs.
 pub const SONAME: &str = "libvirt.so.0";
 
@@ -334,10 +336,11 @@ pub struct DhcpLease {
 }
 
 impl Connection {
-    /// Opens `uri`. Never prompts: a URI that needs credentials fails.
-    pub fn open(uri: &str) -> Result<Connection, VirtError> {
+    /// Opens `uri`. Never prompts: a URI that needs credentials fails. Only a parsed
+    /// [`ConnectUri`] is opened: libvirt runs programs for URIs outside its allowlist.
+    pub fn open(uri: &ConnectUri) -> Result<Connection, VirtError> {
         let api = api().map_err(|message| VirtError { code: 0, message })?;
-        let c = cstring(uri)?;
+        let c = cstring(uri.as_str())?;
         // SAFETY: a valid NUL-terminated URI.
         Connection::wrap(api, unsafe { (api.connect_open)(c.as_ptr()) })
     }

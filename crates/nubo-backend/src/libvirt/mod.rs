@@ -18,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nubo_core::VmState;
+use nubo_spec::uri::Origin;
+use nubo_spec::ConnectUri;
 use serde::{Deserialize, Serialize};
 
 use self::ffi::{Connection, Domain, DomainState, VirtError};
@@ -41,35 +43,41 @@ const MAX_SEED: usize = 64 << 20;
 
 pub struct LibvirtBackend {
     /// `NUBO_LIBVIRT_URI`, when set.
-    pub default_uri: Option<String>,
+    pub default_uri: Option<ConnectUri>,
 }
 
 impl LibvirtBackend {
-    pub fn new(default_uri: Option<String>) -> LibvirtBackend {
+    pub fn new(default_uri: Option<ConnectUri>) -> LibvirtBackend {
         LibvirtBackend { default_uri }
     }
 
     /// The URI new VMs use: `NUBO_LIBVIRT_URI`, else `qemu:///system` for root and
     /// `qemu:///session` for anyone else.
-    pub fn uri(&self) -> String {
+    pub fn uri(&self) -> ConnectUri {
         self.default_uri.clone().unwrap_or_else(|| {
             if nix::unistd::geteuid().is_root() {
-                "qemu:///system".into()
+                ConnectUri::system()
             } else {
-                "qemu:///session".into()
+                ConnectUri::session()
             }
         })
     }
 
-    fn spec_uri(&self, spec: &MachineSpec) -> String {
-        spec.options.get("uri").cloned().unwrap_or_else(|| self.uri())
+    /// The spec's `uri` option (a manifest's or `--connect`'s), checked against the allowlist
+    /// again here so no path around `VmSpec::validate` reaches libvirt with it.
+    fn spec_uri(&self, spec: &MachineSpec) -> Result<ConnectUri, BackendError> {
+        match spec.options.get("uri") {
+            Some(u) => ConnectUri::parse(u, Origin::Spec).map_err(|e| BackendError::InvalidSpec(e.to_string())),
+            None => Ok(self.uri()),
+        }
     }
 }
 
 /// What the backend keeps per VM (recorded by the engine).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LibvirtState {
-    pub uri: String,
+    /// Checked against the allowlist whenever a record is read.
+    pub uri: ConnectUri,
     pub pool: String,
     /// The libvirt network, or `None` for user-mode networking.
     pub network: Option<String>,
@@ -99,7 +107,7 @@ fn unavailable(why: String) -> BackendError {
     BackendError::Unavailable { backend: ID, why }
 }
 
-fn connect(uri: &str) -> Result<Connection, BackendError> {
+fn connect(uri: &ConnectUri) -> Result<Connection, BackendError> {
     if let Err(e) = ffi::loadable() {
         return Err(unavailable(format!(
             "{} cannot be loaded ({e}): install the Debian packages {PACKAGES}",
@@ -114,16 +122,8 @@ fn connect(uri: &str) -> Result<Connection, BackendError> {
 }
 
 /// The AF_UNIX socket a local URI talks to, for the cheap reachability check.
-pub fn socket_of(uri: &str, uid: u32) -> Option<PathBuf> {
-    let (base, query) = uri.split_once('?').unwrap_or((uri, ""));
-    if let Some(s) = query.split('&').find_map(|kv| kv.strip_prefix("socket=")) {
-        return Some(PathBuf::from(s));
-    }
-    match base {
-        "qemu:///system" => Some(PathBuf::from("/run/libvirt/libvirt-sock")),
-        "qemu:///session" => Some(PathBuf::from(format!("/run/user/{uid}/libvirt/libvirt-sock"))),
-        _ => None,
-    }
+pub fn socket_of(uri: &ConnectUri, uid: u32) -> Option<PathBuf> {
+    uri.socket(uid)
 }
 
 fn machine_of(spec: &MachineSpec) -> Result<Machine, BackendError> {
@@ -292,7 +292,7 @@ impl LibvirtBackend {
             },
             (None, None) => Net::None,
         };
-        let system = st.uri.starts_with("qemu:///system") || st.uri.starts_with("qemu+unix:///system");
+        let system = st.uri.is_local() && st.uri.instance() == nubo_spec::uri::Instance::System;
         Ok(DomainParams {
             uuid,
             virt_type: virt_type(),
@@ -457,7 +457,7 @@ impl Backend for LibvirtBackend {
                 p.display()
             )));
         }
-        let uri = self.spec_uri(spec);
+        let uri = self.spec_uri(spec)?;
         let conn = connect(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
@@ -502,7 +502,7 @@ impl Backend for LibvirtBackend {
     }
 
     fn define(&self, spec: &MachineSpec) -> Result<Option<Defined>, BackendError> {
-        let uri = self.spec_uri(spec);
+        let uri = self.spec_uri(spec)?;
         let conn = connect(&uri)?;
         let pool = self.ensure_pool(&conn, spec)?;
         // A domain of ours left by a killed create: converge by starting over.
@@ -618,7 +618,7 @@ impl Backend for LibvirtBackend {
     }
 
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
-        let uri = self.spec_uri(spec);
+        let uri = self.spec_uri(spec)?;
         let conn = connect(&uri)?;
         let dom = self
             .own_domain(&conn, &spec.name, &spec.vm_dir)?
@@ -1258,7 +1258,7 @@ fn checks(b: &LibvirtBackend) -> Vec<HostCheck> {
         None,
         None,
     ));
-    if !nix::unistd::geteuid().is_root() && uri.contains("system") {
+    if !nix::unistd::geteuid().is_root() && uri.instance() == nubo_spec::uri::Instance::System {
         let in_group = nix::unistd::Group::from_name("libvirt")
             .ok()
             .flatten()
@@ -1336,17 +1336,62 @@ fn checks(b: &LibvirtBackend) -> Vec<HostCheck> {
 mod tests_unit {
     use super::*;
 
+    fn env_uri(s: &str) -> ConnectUri {
+        ConnectUri::parse(s, Origin::Env).unwrap()
+    }
+
     #[test]
     fn socket_of_query_socket_wins() {
         assert_eq!(
-            socket_of("qemu:///system?socket=/tmp/x/libvirt-sock", 0),
+            socket_of(&env_uri("qemu:///system?socket=/tmp/x/libvirt-sock"), 0),
             Some(PathBuf::from("/tmp/x/libvirt-sock"))
         );
     }
 
     #[test]
     fn socket_of_remote_uri_is_none() {
-        assert_eq!(socket_of("qemu+ssh://host/system", 0), None);
+        assert_eq!(socket_of(&env_uri("qemu+ssh://host/system"), 0), None);
+    }
+
+    /// Issue 21: a spec's `qemu+ext` URI reached `virConnectOpen`, which ran `command=`.
+    #[test]
+    fn spec_uri_ext_transport_is_refused_before_connecting() {
+        let b = LibvirtBackend::new(None);
+        let spec = MachineSpec {
+            name: "web".into(),
+            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60".into(),
+            vm_dir: "/var/lib/nubo/vms/web".into(),
+            run_dir: "/run/nubo/vms/web".into(),
+            vcpus: 1,
+            memory_mib: 512,
+            disk: crate::spec::Disk {
+                overlay: "/o.qcow2".into(),
+                base: "/b.qcow2".into(),
+                base_format: "qcow2".into(),
+                ..Default::default()
+            },
+            seed: None,
+            boot: Boot::Firmware {
+                firmware: Firmware::Bios,
+            },
+            machine: MachineKind::Default,
+            network: NetworkMode::Forward,
+            options: [("uri".to_owned(), "qemu+ext:///system?command=/abs/pwn.sh".to_owned())].into(),
+            ports: Vec::new(),
+            mounts: Vec::new(),
+        };
+
+        let e = b.spec_uri(&spec).unwrap_err();
+
+        assert!(e.to_string().contains("`ext`"), "{e}");
+    }
+
+    #[test]
+    fn state_record_with_ext_uri_is_refused() {
+        let v = serde_json::json!({"uri": "qemu+ext:///system?command=/x", "pool": "p", "network": null,
+            "mac": null, "ssh_port": null, "seed_volume": null, "console_log": "/x"});
+
+        assert!(serde_json::from_value::<LibvirtState>(v).is_err());
     }
 
     /// A 1 GiB qcow2 v3 image whose snapshot table (at cluster 1) holds `(name, vm_state_size)`

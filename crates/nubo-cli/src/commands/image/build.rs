@@ -20,8 +20,9 @@ pub fn build(a: &BuildArgs, settings: &Settings) -> anyhow::Result<()> {
     let mut build_args = Vec::new();
     for kv in &a.build_arg {
         let Some((k, v)) = kv.split_once('=') else {
-            anyhow::bail!("--build-arg `{kv}` is not KEY=VALUE");
+            anyhow::bail!("--build-arg `{}` is not KEY=VALUE", nubo_core::name::quote(kv));
         };
+        nubo_core::name::check(nubo_core::name::NameKind::BuildArg, k).context("--build-arg")?;
         build_args.push((k.to_owned(), v.to_owned()));
     }
     let boot_timeout =
