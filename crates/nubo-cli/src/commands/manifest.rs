@@ -86,15 +86,19 @@ pub fn check(lowered: &[Lowered], engine: &Engine) -> Result<Vec<References>, Ma
 
 /// Plans every document as `apply --dry-run` does (capabilities, backend checks, overrides,
 /// the files a create opens), writing, locking and pulling nothing; a document whose image is
-/// still to be pulled cannot be planned and is left to `check`'s note.
+/// still to be pulled cannot be planned and is left to `check`'s note. A backend this host
+/// cannot reach (a remote libvirt, a missing VMM) says nothing about the manifest: `apply`
+/// reports it, `validate` does not.
 pub fn plan(lowered: &[Lowered], refs: &[References], engine: &Engine) -> Result<(), ManifestErrors> {
     let mut errors = Vec::new();
     for (l, r) in lowered.iter().zip(refs) {
         if r.pull_first {
             continue;
         }
-        if let Err(e) = engine.dry_run(&l.spec) {
-            errors.extend(engine_error(l, e).into_errors());
+        match engine.dry_run(&l.spec) {
+            Err(e) if e.kind() == nubo_core::ErrorKind::Unavailable => {}
+            Err(e) => errors.extend(engine_error(l, e).into_errors()),
+            Ok(_) => {}
         }
     }
     ManifestErrors::check(errors)
