@@ -89,6 +89,20 @@ pub fn valid_user(user: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// `user`, refused unless [`valid_user`], as an error at the spec's ssh user.
+fn check_user(user: &str) -> Result<(), EngineError> {
+    if valid_user(user) {
+        return Ok(());
+    }
+    Err(EngineError::spec(
+        nubo_spec::Field::SshUser,
+        format!(
+            "`{}` is not a portable user name (letters, digits, `_`, `.`, `-`, not starting with `-`): give another ssh user",
+            nubo_core::file::escape_control(user)
+        ),
+    ))
+}
+
 /// The ssh command line for `user@addr`. Options end before the destination with `--`, so
 /// nothing that follows is read as an option.
 pub fn argv(
@@ -99,15 +113,7 @@ pub fn argv(
     addr: SocketAddr,
     command: &[String],
 ) -> Result<Vec<String>, EngineError> {
-    if !valid_user(user) {
-        return Err(EngineError::spec(
-            nubo_spec::Field::SshUser,
-            format!(
-                "`{}` is not a portable user name (letters, digits, `_`, `.`, `-`, not starting with `-`): give another ssh user",
-                nubo_core::file::escape_control(user)
-            ),
-        ));
-    }
+    check_user(user)?;
     let mut a: Vec<String> = vec![
         "ssh".into(),
         "-i".into(),
@@ -166,15 +172,7 @@ pub fn scp_argv(
     local: &Path,
     guest_path: &str,
 ) -> Result<Vec<String>, EngineError> {
-    if !valid_user(user) {
-        return Err(EngineError::spec(
-            nubo_spec::Field::SshUser,
-            format!(
-                "`{}` is not a portable user name (letters, digits, `_`, `.`, `-`, not starting with `-`): give another ssh user",
-                nubo_core::file::escape_control(user)
-            ),
-        ));
-    }
+    check_user(user)?;
     let mut a: Vec<String> = vec![
         "scp".into(),
         "-s".into(),
