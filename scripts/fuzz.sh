@@ -30,7 +30,7 @@ fi
 
 # One target dir for every crate: libFuzzer and the shared dependencies build once.
 flags=(--sanitizer none --debug-assertions --target-dir "$PWD/target/fuzz")
-for crate in crates/nubo-disk crates/nubo-seed crates/nubo-manifest crates/nubo-build; do
+for crate in crates/nubo-disk crates/nubo-seed crates/nubo-manifest crates/nubo-build crates/nubo-image; do
     (
         cd "$crate"
         cargo +nightly fuzz build "${flags[@]}"
