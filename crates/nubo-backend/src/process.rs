@@ -25,6 +25,23 @@ const POLL: Duration = Duration::from_millis(20);
 /// well under a millisecond unloaded; a busy host stretches it).
 const SETTLE: Duration = Duration::from_millis(200);
 
+/// Removes a VMM's runtime files (sockets, pid files); one already gone is fine.
+pub fn remove_files<P: AsRef<Path>>(paths: impl IntoIterator<Item = P>) -> Result<(), BackendError> {
+    for p in paths {
+        let p = p.as_ref();
+        match fs::remove_file(p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(BackendError::Io {
+                    what: format!("removing {}", p.display()),
+                    source: e,
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// One VM's VMM, as its backend recognises it.
 pub struct Vmm<'a> {
     /// The VMM's name in errors (`QEMU`, `Cloud Hypervisor`).

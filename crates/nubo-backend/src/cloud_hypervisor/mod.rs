@@ -305,18 +305,7 @@ fn kill_now(name: &str, st: &ChState, uuid: &str) -> Result<(), BackendError> {
 }
 
 fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
-    for p in [&st.api_socket, &st.pid_file] {
-        match fs::remove_file(p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(BackendError::Io {
-                    what: format!("removing {}", p.display()),
-                    source: e,
-                })
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    process::remove_files([&st.api_socket, &st.pid_file])
 }
 
 /// The last line of a log, bounded, for error messages.

@@ -291,18 +291,7 @@ fn kill_now(name: &str, st: &QemuState, uuid: &str) -> Result<(), BackendError> 
 }
 
 fn remove_runtime_files(st: &QemuState) -> Result<(), BackendError> {
-    for p in [&st.qmp_socket, &st.serial_socket, &st.pid_file] {
-        match fs::remove_file(p) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(BackendError::Io {
-                    what: format!("removing {}", p.display()),
-                    source: e,
-                })
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    process::remove_files([&st.qmp_socket, &st.serial_socket, &st.pid_file])
 }
 
 /// The console log is bounded per boot: each start moves the previous boot's log to

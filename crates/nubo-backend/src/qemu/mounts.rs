@@ -314,17 +314,7 @@ fn stop_indices(name: &str, run_dir: &Path, indices: impl IntoIterator<Item = us
         };
         vmm.kill_now()?;
         // virtiofsd's own lock file is `<socket>.pid`.
-        for p in [PathBuf::from(&sock), PathBuf::from(format!("{sock}.pid")), pf.clone()] {
-            match fs::remove_file(&p) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(BackendError::Io {
-                        what: format!("removing {}", p.display()),
-                        source: e,
-                    })
-                }
-                _ => {}
-            }
-        }
+        process::remove_files([PathBuf::from(&sock), PathBuf::from(format!("{sock}.pid")), pf.clone()])?;
     }
     Ok(())
 }
