@@ -17,6 +17,7 @@ pub mod process;
 pub mod pvh;
 pub mod registry;
 pub mod token;
+pub mod watch;
 
 pub use fixture::{nubo_bin, DebianImage, TestRoot};
 pub use process::{run_with_timeout, wait_for_line, Guard};

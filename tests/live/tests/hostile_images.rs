@@ -16,9 +16,9 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nubo_disk::{DiskError, Format, Usage};
 use nubo_image::{convert, import, ConvertSpec, ImageRef, ImageStore, ImportRequest};
+use nubo_live::watch::Watch;
 use nubo_live::{LiveTest, TestResult};
 
 const QEMU_IMG: &[&str] = &["qemu-img"];
@@ -249,7 +249,7 @@ fn refused(build: Build, expect: &str) -> TestResult {
         .collect();
     ensure(stray.is_empty(), format!("convert left temp files: {stray:?}"))?;
     cli?;
-    watch.untouched()
+    watch.untouched("while the image was handled")
 }
 
 /// The `nubo` CLI on the same image: `image import` and `image convert` exit 1 saying why and
@@ -316,7 +316,10 @@ fn watch_sees_an_open() -> TestResult {
 
     fs::read(&secret).map_err(|e| e.to_string())?;
 
-    ensure(watch.untouched().is_err(), "an open of the watched file went unseen")
+    ensure(
+        watch.untouched("while the image was handled").is_err(),
+        "an open of the watched file went unseen",
+    )
 }
 
 fn bases_accepted() -> TestResult {
@@ -633,36 +636,6 @@ fn device_link(d: &Path, s: &Path) -> Result<Made, String> {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
-
-/// Watches one file for being opened or read.
-struct Watch {
-    inotify: Inotify,
-    path: PathBuf,
-}
-
-impl Watch {
-    fn new(path: &Path) -> Result<Watch, String> {
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| e.to_string())?;
-        inotify
-            .add_watch(path, AddWatchFlags::IN_OPEN | AddWatchFlags::IN_ACCESS)
-            .map_err(|e| format!("cannot watch {}: {e}", path.display()))?;
-        Ok(Watch {
-            inotify,
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn untouched(self) -> TestResult {
-        match self.inotify.read_events() {
-            Err(nix::errno::Errno::EAGAIN) => Ok(()),
-            Ok(events) => Err(format!(
-                "{} was opened or read while the image was handled: {events:?}",
-                self.path.display()
-            )),
-            Err(e) => Err(format!("reading inotify events: {e}")),
-        }
-    }
-}
 
 fn import_request(image: &Path) -> Result<ImportRequest, String> {
     Ok(ImportRequest {

@@ -17,13 +17,13 @@
 //! connection probes QEMU once).
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use nubo_live::cli::{self, Cleanup, Out};
 use nubo_live::libvirtd::Libvirtd;
+use nubo_live::watch::Watch;
 use nubo_live::{prereq, pvh, timed, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(120);
@@ -108,36 +108,6 @@ fn no_vmm(root: &TestRoot, when: &str) -> TestResult {
 fn qemu_img(args: &[&str]) -> TestResult {
     cli::run(Command::new("qemu-img").args(args), QUICK)?.require()?;
     Ok(())
-}
-
-/// Watches one file for being opened or read.
-struct Watch {
-    inotify: Inotify,
-    path: PathBuf,
-}
-
-impl Watch {
-    fn new(path: &Path) -> Result<Watch, String> {
-        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).map_err(|e| e.to_string())?;
-        inotify
-            .add_watch(path, AddWatchFlags::IN_OPEN | AddWatchFlags::IN_ACCESS)
-            .map_err(|e| format!("cannot watch {}: {e}", path.display()))?;
-        Ok(Watch {
-            inotify,
-            path: path.to_path_buf(),
-        })
-    }
-
-    fn untouched(self, when: &str) -> TestResult {
-        match self.inotify.read_events() {
-            Err(nix::errno::Errno::EAGAIN) => Ok(()),
-            Ok(events) => Err(format!(
-                "{when}: {} was opened or read: {events:?}",
-                self.path.display()
-            )),
-            Err(e) => Err(format!("reading inotify events: {e}")),
-        }
-    }
 }
 
 /// One way to replace the base: the backing file name written into it, its format, and
@@ -268,8 +238,8 @@ fn hostile_start(kind: Kind) -> TestResult {
         restart.refused(&words)?;
         restore.refused(&words)?;
         no_vmm(&root, &format!("after the refusals over a base backed by {}", h.name))?;
-        watch.untouched(&format!("base backed by {}", h.name))?;
-        watch_mid.untouched(&format!("base backed by {}", h.name))?;
+        watch.untouched(&format!("with the base backed by {}", h.name))?;
+        watch_mid.untouched(&format!("with the base backed by {}", h.name))?;
         println!(
             "  backing {} ({}): 3 refusals in {:.2}s: {}",
             h.name,
