@@ -28,10 +28,7 @@ fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().join("m");
     std::fs::create_dir_all(&m).unwrap();
-    // A raw disk: non-empty, no other format's magic, so the inspector accepts it as a base.
-    let mut disk = vec![0u8; 1 << 20];
-    disk[0] = b'x';
-    std::fs::write(m.join("base.raw"), disk).unwrap();
+    support::write_raw_base(&m.join("base.raw"));
     let secret = dir.path().join("secret");
     std::fs::create_dir_all(&secret).unwrap();
     std::fs::write(

@@ -16,9 +16,7 @@ struct Env {
 impl Env {
     fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let mut disk = vec![0u8; 1 << 20];
-        disk[0] = b'x';
-        std::fs::write(dir.path().join("base.raw"), disk).unwrap();
+        support::write_raw_base(&dir.path().join("base.raw"));
         Env { dir }
     }
 

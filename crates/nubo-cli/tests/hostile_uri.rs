@@ -17,10 +17,7 @@ struct Env {
 impl Env {
     fn new() -> Env {
         let dir = tempfile::tempdir().unwrap();
-        // A raw disk: non-empty, no other format's magic, so the inspector accepts it as a base.
-        let mut disk = vec![0u8; 1 << 20];
-        disk[0] = b'x';
-        std::fs::write(dir.path().join("base.raw"), disk).unwrap();
+        support::write_raw_base(&dir.path().join("base.raw"));
         let env = Env { dir };
         let script = format!("#!/bin/sh\ntouch '{}'\n", env.marker().display());
         std::fs::write(env.pwn(), script).unwrap();

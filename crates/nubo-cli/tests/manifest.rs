@@ -15,11 +15,8 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    // A raw disk: non-empty, no other format's magic, so the inspector accepts it as a base.
-    let mut disk = vec![0u8; 1 << 20];
-    disk[0] = b'x';
     std::fs::create_dir_all(dir.path().join("m")).unwrap();
-    std::fs::write(dir.path().join("m/base.raw"), disk).unwrap();
+    support::write_raw_base(&dir.path().join("m/base.raw"));
     Env { dir }
 }
 

@@ -10,6 +10,14 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Writes a 1 MiB raw disk at `path`: non-empty, with no other format's magic, so the inspector
+/// accepts it as a base.
+pub fn write_raw_base(path: &Path) {
+    let mut disk = vec![0u8; 1 << 20];
+    disk[0] = b'x';
+    std::fs::write(path, disk).unwrap();
+}
+
 /// `nubo ARGS` with NUBO_ROOT=`dir`/root and NUBO_RUN_DIR=`dir`/run, run in `cwd`, output piped.
 pub fn command(dir: &Path, cwd: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_nubo"));
