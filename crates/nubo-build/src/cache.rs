@@ -128,6 +128,9 @@ impl Cache {
 
     /// A work directory for one build, locked for its life.
     pub fn work_dir(&self, id: &str) -> Result<(PathBuf, Flock<fs::File>), BuildError> {
+        // Another build's sweep removes a work directory that has no lock file; the guard
+        // keeps it from seeing this one between its mkdir and its lock.
+        let _guard = self.tmp_guard()?;
         let d = self.dir.join("tmp").join(id);
         nubo_core::fsmode::create_dir_all(&d, nubo_core::fsmode::DIR)
             .map_err(io(format!("creating {}", d.display())))?;
@@ -137,6 +140,17 @@ impl Cache {
             source: e.into(),
         })?;
         Ok((d, lock))
+    }
+
+    /// Held while a work directory is made and locked, and while the sweep looks for stale
+    /// ones: a directory is never seen between its creation and its lock.
+    fn tmp_guard(&self) -> Result<Flock<fs::File>, BuildError> {
+        let p = self.dir.join("tmp").join(".lock");
+        let f = nubo_core::fsmode::open_lock(&p).map_err(io(format!("opening {}", p.display())))?;
+        Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| BuildError::Io {
+            what: format!("locking {}", p.display()),
+            source: e.into(),
+        })
     }
 
     /// Takes the lock of the build of `key` (a final key), for the caller's build. Two builds
@@ -163,13 +177,16 @@ impl Cache {
     /// Work directories whose build is gone (killed, interrupted): their ids, each locked now.
     /// Those with a `kept` marker (`--keep-failed`) are left alone.
     pub fn stale(&self) -> Vec<(String, PathBuf, Flock<fs::File>)> {
+        let Ok(_guard) = self.tmp_guard() else {
+            return vec![];
+        };
         let Ok(rd) = fs::read_dir(self.dir.join("tmp")) else {
             return vec![];
         };
         let mut out = vec![];
         for e in rd.flatten() {
             let d = e.path();
-            if d.join("kept").exists() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) || d.join("kept").exists() {
                 continue;
             }
             let Ok(f) = fs::File::open(d.join("lock")) else {
@@ -269,6 +286,30 @@ mod tests {
             second.join().unwrap(),
             "the second build ran before the first released its lock"
         );
+    }
+
+    #[test]
+    fn work_dir_is_never_swept_between_its_creation_and_its_lock() {
+        let store = tempfile::tempdir().unwrap();
+        let cache = Arc::new(Cache::open(store.path()).unwrap());
+        let done = Arc::new(AtomicBool::new(false));
+        let sweeper = {
+            let (cache, done) = (cache.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::SeqCst) {
+                    for (_, d, _lock) in cache.stale() {
+                        let _ = fs::remove_dir_all(&d);
+                    }
+                }
+            })
+        };
+
+        let made: Result<Vec<_>, _> = (0..300).map(|i| cache.work_dir(&format!("b{i}"))).collect();
+        done.store(true, Ordering::SeqCst);
+        sweeper.join().unwrap();
+
+        let made = made.expect("a sweep running alongside broke a build's work directory");
+        assert!(made.iter().all(|(d, _)| d.join("lock").is_file()));
     }
 
     #[test]
