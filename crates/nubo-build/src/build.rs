@@ -82,7 +82,8 @@ struct Planned<'a> {
 /// Runs the build. Progress goes to `events`; guest output streams to stderr.
 pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event)) -> Result<Built, BuildError> {
     let t0 = Instant::now();
-    let bytes = nubo_core::file::read_bounded(&req.vmfile, "VMfile", MAX_VMFILE)
+    // `-f -`, a pipe or a FIFO as docker build takes them: bounded, never waiting forever.
+    let bytes = nubo_core::input::read_small_input(&req.vmfile, "VMfile", MAX_VMFILE)
         .map_err(|e| BuildError::Refused(e.to_string()))?;
     let parsed = crate::parse_bytes(&bytes).map_err(|error| BuildError::Parse {
         file: req.vmfile.clone(),

@@ -8,6 +8,7 @@
 //! <store>/build-cache/<key>.image   {"digest": ...}: the sealed image a final key gave
 //! <store>/build-cache/tmp/<id>/     one build's work files, with its flock (`lock`)
 //! <store>/build-cache/locks/<key>    held (flock) by the build of a final key while it runs
+//! <store>/build-cache/locks/work-dirs  held while a work directory is made, and by the sweep
 //! ```
 
 use std::collections::BTreeMap;
@@ -145,7 +146,11 @@ impl Cache {
     /// Held while a work directory is made and locked, and while the sweep looks for stale
     /// ones: a directory is never seen between its creation and its lock.
     fn tmp_guard(&self) -> Result<Flock<fs::File>, BuildError> {
-        let p = self.dir.join("tmp").join(".lock");
+        let d = self.dir.join("locks");
+        nubo_core::fsmode::create_dir_all(&d, nubo_core::fsmode::DIR)
+            .map_err(io(format!("creating {}", d.display())))?;
+        // Not a hex key, so never a build's lock; not in tmp/, which holds work directories only.
+        let p = d.join("work-dirs");
         let f = nubo_core::fsmode::open_lock(&p).map_err(io(format!("opening {}", p.display())))?;
         Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| BuildError::Io {
             what: format!("locking {}", p.display()),

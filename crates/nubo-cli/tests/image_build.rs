@@ -156,6 +156,17 @@ fn build_vmfile_fifo_is_refused_without_hanging() {
 }
 
 #[test]
+fn build_vmfile_from_stdin_is_read_and_parsed() {
+    let e = Env::new();
+    let c = e.ctx().display().to_string();
+    let cmd = support::command(e.dir.path(), e.dir.path(), &["image", "build", "-f", "-", &c]);
+
+    let out = support::run_bounded(cmd, Some(b"FROM debian:12\nFROBNICATE x\n"), Duration::from_secs(60));
+
+    e.refused(&out, &["FROBNICATE", "line 2"]);
+}
+
+#[test]
 fn init_refuses_to_overwrite_unless_forced() {
     let e = Env::new();
 

@@ -223,7 +223,7 @@ Each writing step is cached as a qcow2 layer keyed by its parent, its text and t
 Examples:\n  nubo image init && nubo image build -t web:1 .\n  nubo image build -f ci/VMfile --build-arg VERSION=2 --network -t app:2 ci/"
 )]
 pub struct BuildArgs {
-    /// The VMfile [default: CONTEXT/VMfile]
+    /// The VMfile, or `-` for standard input [default: CONTEXT/VMfile]
     #[arg(short = 'f', long = "file", value_name = "VMfile")]
     pub file: Option<PathBuf>,
     /// Store the image under this reference [default: vmfile:<VMfile digest prefix>]
