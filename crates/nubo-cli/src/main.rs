@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod output;
 mod settings;
+mod ssh_keys;
 mod terminal;
 
 use std::process::ExitCode;

@@ -29,8 +29,8 @@ pub struct SeedBuildArgs {
     /// cloud-init runs per-instance modules once per id: give a new one for each new VM
     #[arg(long = "instance-id", value_name = "ID", default_value = "iid-local01")]
     pub instance_id: String,
-    /// A public key for the image's default user, or @FILE of keys (one a line); repeatable
-    #[arg(long = "ssh-key", value_name = "K|@FILE")]
+    /// SSH public key for the default user: the key itself, a `.pub` file's path, or @FILE of keys (one a line); repeatable
+    #[arg(long = "ssh-key", value_name = "KEY|FILE.pub|@FILE")]
     pub ssh_keys: Vec<String>,
     /// user-data passed through byte for byte (#cloud-config, #! script, MIME multipart or gzip; at most 16 MiB)
     #[arg(long = "user-data", value_name = "FILE")]

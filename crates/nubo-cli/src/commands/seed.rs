@@ -68,10 +68,11 @@ fn build(a: &SeedBuildArgs) -> anyhow::Result<()> {
             Some(bytes)
         }
         None if a.hostname.is_some() || !a.ssh_keys.is_empty() => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
             let keys = a
                 .ssh_keys
                 .iter()
-                .map(|k| ssh_keys(k))
+                .map(|k| crate::ssh_keys::parse(k, home.as_deref()))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let cc = CloudConfig {
                 hostname: a.hostname.clone(),
@@ -140,64 +141,6 @@ const SEED_MODE: u32 = 0o600;
 /// refused when it is a device or a directory, is over `max` bytes, or a pipe stays silent.
 fn read_input(path: &Path, what: &str, max: u64) -> anyhow::Result<Vec<u8>> {
     Ok(nubo_core::input::read_small_input(path, what, max)?)
-}
-
-/// Prefixes of OpenSSH public key lines (`ssh-keygen -l` knows no others).
-const KEY_TYPES: &[&str] = &["ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-sha2-"];
-
-/// `K` or `@FILE`: the public keys it names, each checked to look like one.
-fn ssh_keys(arg: &str) -> anyhow::Result<Vec<String>> {
-    let (text, origin) = match arg.strip_prefix('@') {
-        Some(path) => {
-            let path = expand_home(path);
-            let bytes = read_input(&path, "--ssh-key", nubo_seed::MAX_SSH_KEY_FILE)?;
-            let text = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!(
-                    "--ssh-key file {} is not UTF-8 text: give a public key file (`.pub`)",
-                    path.display()
-                )
-            })?;
-            (text, format!("file {}", path.display()))
-        }
-        None => (arg.to_owned(), "--ssh-key".to_owned()),
-    };
-    if text.contains("PRIVATE KEY") {
-        bail!("{origin} holds a private key: pass the public one (the `.pub` file)");
-    }
-    let mut keys = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if !KEY_TYPES.iter().any(|t| line.starts_with(t)) {
-            if arg.starts_with('@') {
-                // A file's line is never quoted: it may be a secret (`@/etc/shadow`).
-                bail!(
-                    "{origin}: line {} is not an OpenSSH public key (ssh-ed25519 AAAA...): give the `.pub` file",
-                    n + 1
-                );
-            }
-            let shown: String = line.chars().take(30).collect();
-            let shown = escape_control(&shown);
-            bail!(
-                "{origin}: `{shown}` is not an OpenSSH public key (ssh-ed25519 AAAA...): to read a file, write @PATH"
-            );
-        }
-        keys.push(line.to_owned());
-    }
-    if keys.is_empty() {
-        bail!("{origin} has no public key: expected a line such as `ssh-ed25519 AAAA... user@host`");
-    }
-    Ok(keys)
-}
-
-/// `@~/.ssh/id.pub` is typed unquoted often enough that the shell has not expanded `~` for us.
-fn expand_home(path: &str) -> PathBuf {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
-        _ => PathBuf::from(path),
-    }
 }
 
 #[derive(serde::Serialize)]
@@ -322,74 +265,5 @@ mod tests {
         let a = build_args(&["-o", "s.iso", "ud", "--user-data", "ud2"]);
 
         assert!(resolve_inputs(&a).is_err());
-    }
-
-    #[test]
-    fn ssh_keys_literal_key_is_returned() {
-        let keys = ssh_keys("ssh-ed25519 AAAAC3 a@b").unwrap();
-
-        assert_eq!(keys, ["ssh-ed25519 AAAAC3 a@b"]);
-    }
-
-    #[test]
-    fn ssh_keys_path_without_at_is_refused_with_hint() {
-        let err = ssh_keys("/root/.ssh/id_ed25519.pub").unwrap_err();
-
-        assert!(err.to_string().contains("@PATH"), "{err}");
-    }
-
-    #[test]
-    fn ssh_keys_file_skips_blank_and_comment_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("keys");
-        std::fs::write(&p, "# mine\nssh-ed25519 A a\n\necdsa-sha2-nistp256 B b\n").unwrap();
-
-        let keys = ssh_keys(&format!("@{}", p.display())).unwrap();
-
-        assert_eq!(keys, ["ssh-ed25519 A a", "ecdsa-sha2-nistp256 B b"]);
-    }
-
-    #[test]
-    fn ssh_keys_fifo_without_writer_is_refused_without_hanging() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("fifo");
-        assert!(std::process::Command::new("mkfifo").arg(&p).status().unwrap().success());
-
-        let err = ssh_keys(&format!("@{}", p.display())).unwrap_err();
-
-        assert!(format!("{err:#}").contains("nothing was written"), "{err:#}");
-    }
-
-    #[test]
-    fn ssh_keys_secret_file_line_is_not_quoted() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("shadow");
-        std::fs::write(&p, "root:$6$SECRETMARKER:19000:0:99999:7:::\n").unwrap();
-
-        let err = ssh_keys(&format!("@{}", p.display())).unwrap_err();
-
-        assert!(!format!("{err:#}").contains("SECRETMARKER"), "{err:#}");
-        assert!(format!("{err:#}").contains("line 1"), "{err:#}");
-    }
-
-    #[test]
-    fn ssh_keys_device_file_is_refused() {
-        let err = ssh_keys("@/dev/zero").unwrap_err();
-
-        assert!(format!("{err:#}").contains("character device"), "{err:#}");
-    }
-
-    #[test]
-    fn ssh_keys_bad_key_is_quoted_escaped() {
-        let err = ssh_keys("\x1b[2Jssh").unwrap_err();
-
-        assert!(!err.to_string().contains('\x1b'), "{err}");
-    }
-
-    #[test]
-    fn ssh_keys_private_key_is_refused() {
-        let err = ssh_keys("-----BEGIN OPENSSH PRIVATE KEY-----").unwrap_err();
-
-        assert!(err.to_string().contains("private key"), "{err}");
     }
 }

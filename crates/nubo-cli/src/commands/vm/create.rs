@@ -9,9 +9,6 @@ use nubo_spec::{CloudInitSpec, DiskSource, Field, Firmware, KernelBoot, Machine,
 use super::print_event;
 use crate::cli::vm::{AccelArg, CreateArgs, MachineArg};
 
-/// The longest `--ssh-key @file` nubo reads: an authorized_keys file with many keys.
-const MAX_KEY_FILE: u64 = 1 << 20;
-
 pub fn run(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let spec = spec_or_default(a, engine, home)?;
@@ -157,7 +154,7 @@ pub fn spec(a: &CreateArgs, default_image: Option<&str>, home: Option<&Path>) ->
     };
     let mut ssh_keys = Vec::new();
     for k in &a.ssh_keys {
-        ssh_keys.extend(ssh_keys_from(k, home)?);
+        ssh_keys.extend(crate::ssh_keys::parse(k, home)?);
     }
     let mut spec = VmSpec::new(name, source);
     spec.resources.vcpus = a.vcpus;
@@ -275,168 +272,9 @@ fn absolute(p: &Path) -> anyhow::Result<std::path::PathBuf> {
     std::path::absolute(p).with_context(|| format!("resolving {}", p.display()))
 }
 
-/// `--ssh-key KEY`, `--ssh-key PATH.pub` (a readable public key file, as users type it after
-/// `ssh-keygen`) or `--ssh-key @FILE` (every key line of the file, like authorized_keys; `@-`
-/// and `@<(...)` read a pipe). A private key's path is refused with the path of its public half;
-/// a bad line of a file is named by its line number, never quoted: it may be a secret
-/// (`@/etc/shadow`).
-fn ssh_keys_from(arg: &str, home: Option<&Path>) -> anyhow::Result<Vec<String>> {
-    let file = match arg.strip_prefix('@') {
-        Some(path) => Some(path),
-        None if looks_like_key(arg) => None,
-        None if looks_like_path(arg) => Some(arg),
-        None => None,
-    };
-    let keys: Vec<String> = match file {
-        Some(path) => {
-            let path = expand_home(path, home)?;
-            let shown = nubo_core::file::escape_control(&path.display().to_string());
-            let bytes = nubo_core::input::read_small_input(&path, "--ssh-key file", MAX_KEY_FILE)?;
-            if bytes.windows(11).any(|w| w == b"PRIVATE KEY") {
-                anyhow::bail!(
-                    "--ssh-key {}: this is a private key, which must never leave this host: give its public half, `{}.pub`",
-                    nubo_core::file::escape_control(arg),
-                    nubo_core::file::escape_control(arg.trim_start_matches('@'))
-                );
-            }
-            let text = String::from_utf8(bytes).map_err(|_| {
-                anyhow::anyhow!("--ssh-key file {shown} is not text: give the public key file (`.pub`)")
-            })?;
-            let mut keys = Vec::new();
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
-                    continue;
-                }
-                if !looks_like_key(line) {
-                    anyhow::bail!(
-                        "--ssh-key file {shown}: line {} is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the .pub file",
-                        n + 1
-                    );
-                }
-                keys.push(line.to_owned());
-            }
-            keys
-        }
-        None => {
-            let k = arg.trim();
-            if !looks_like_key(k) {
-                anyhow::bail!(
-                    "--ssh-key: `{}` is not an SSH public key (expected e.g. `ssh-ed25519 AAAA...`): give the key line or the path of its .pub file",
-                    nubo_core::file::escape_control(&k.chars().take(40).collect::<String>())
-                );
-            }
-            vec![k.to_owned()]
-        }
-    };
-    if keys.is_empty() {
-        anyhow::bail!(
-            "--ssh-key {}: the file holds no keys",
-            nubo_core::file::escape_control(arg)
-        );
-    }
-    Ok(keys)
-}
-
-/// A public key line starts with its type.
-fn looks_like_key(text: &str) -> bool {
-    let kind = text.split_whitespace().next().unwrap_or("");
-    kind.starts_with("ssh-") || kind.starts_with("ecdsa-") || kind.starts_with("sk-")
-}
-
-/// A file name rather than a key: one word with a `/`, a leading `~`, or a `.pub` ending.
-fn looks_like_path(text: &str) -> bool {
-    !text.contains(char::is_whitespace) && (text.contains('/') || text.starts_with('~') || text.ends_with(".pub"))
-}
-
-/// `~/x` against the home directory (a quoted `--ssh-key '~/.ssh/id.pub'` reaches nubo as is).
-fn expand_home(path: &str, home: Option<&Path>) -> anyhow::Result<std::path::PathBuf> {
-    match path.strip_prefix("~/") {
-        Some(rest) => match home {
-            Some(h) => Ok(h.join(rest)),
-            None => anyhow::bail!("--ssh-key {path}: HOME is not set, so `~/` means nothing: give the full path"),
-        },
-        None => Ok(std::path::PathBuf::from(path)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ssh_keys_from_literal_key() {
-        assert_eq!(
-            ssh_keys_from("ssh-ed25519 AAAA me", None).unwrap(),
-            vec!["ssh-ed25519 AAAA me"]
-        );
-    }
-
-    #[test]
-    fn ssh_keys_from_private_key_text_refused() {
-        let err = ssh_keys_from("-----BEGIN OPENSSH PRIVATE KEY-----", None).unwrap_err();
-
-        assert!(err.to_string().contains("not an SSH public key"));
-    }
-
-    #[test]
-    fn ssh_keys_from_file_skips_comments() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("k.pub");
-        std::fs::write(&p, "# mine\nssh-ed25519 AAAA a\n\necdsa-sha2-nistp256 BBBB b\n").unwrap();
-
-        let keys = ssh_keys_from(&format!("@{}", p.display()), None).unwrap();
-
-        assert_eq!(keys.len(), 2);
-    }
-
-    #[test]
-    fn ssh_keys_from_pub_path_without_at_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("id_ed25519.pub");
-        std::fs::write(&p, "ssh-ed25519 AAAA me@host\n").unwrap();
-
-        let keys = ssh_keys_from(&p.display().to_string(), None).unwrap();
-
-        assert_eq!(keys, vec!["ssh-ed25519 AAAA me@host"]);
-    }
-
-    #[test]
-    fn ssh_keys_from_tilde_path_uses_home() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join(".ssh")).unwrap();
-        std::fs::write(dir.path().join(".ssh/id.pub"), "ssh-rsa BBBB x\n").unwrap();
-
-        let keys = ssh_keys_from("~/.ssh/id.pub", Some(dir.path())).unwrap();
-
-        assert_eq!(keys, vec!["ssh-rsa BBBB x"]);
-    }
-
-    #[test]
-    fn ssh_keys_from_private_key_path_refused_with_pub_fix() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("id_ed25519");
-        std::fs::write(
-            &p,
-            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----\n",
-        )
-        .unwrap();
-
-        let err = ssh_keys_from(&p.display().to_string(), None).unwrap_err().to_string();
-
-        assert!(
-            err.contains("private key") && err.contains(&format!("{}.pub", p.display())),
-            "{err}"
-        );
-        assert!(!err.contains("b3Blbn"), "{err}");
-    }
-
-    #[test]
-    fn ssh_keys_from_missing_pub_path_names_file() {
-        let err = ssh_keys_from("/nonexistent/id.pub", None).unwrap_err();
-
-        assert!(format!("{err:#}").contains("/nonexistent/id.pub"), "{err:#}");
-    }
 
     #[test]
     fn publish_flags_parse_into_spec() {
