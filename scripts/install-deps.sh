@@ -19,35 +19,37 @@ if [ "$codename" = bookworm ] && ! grep -rqs 'bookworm-backports' /etc/apt/sourc
     | $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null
 fi
 
-$SUDO apt-get update -qq
+# Wait for another apt (unattended-upgrades on a fresh machine) instead of failing on its lock.
+apt_get() { $SUDO apt-get -o DPkg::Lock::Timeout=900 "$@"; }
+apt_get update -qq
 backports=()
 [ "$codename" = bookworm ] && backports=(-t bookworm-backports)
-$SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" qemu-system-x86 qemu-utils
-$SUDO apt-get install -y -qq --no-install-recommends \
+apt_get install -y -qq --no-install-recommends "${backports[@]}" qemu-system-x86 qemu-utils
+apt_get install -y -qq --no-install-recommends \
   ca-certificates mmdebstrap dosfstools mtools grub-pc-bin grub-efi-amd64-bin ovmf seabios \
   e2fsprogs fdisk util-linux xorriso genisoimage cloud-image-utils p7zip-full libarchive-tools \
   python3-pycdlib openssh-client gcc pkg-config
 # OCI registry tests and benchmark: a real registry (started by the tests themselves on 127.0.0.1,
 # never its systemd unit), htpasswd for its basic auth, and skopeo as the peer client.
-$SUDO apt-get install -y -qq --no-install-recommends docker-registry apache2-utils skopeo
+apt_get install -y -qq --no-install-recommends docker-registry apache2-utils skopeo
 # libvirt backend and its live tests: libvirtd, its QEMU/network/storage drivers, virsh (tests
 # observe libvirt with it; nubo itself loads libvirt.so.0 at run time and never runs virsh) and
 # dnsmasq for an isolated network's DHCP; from backports to match its QEMU 10. Never
 # libvirt-daemon-system: it autostarts a NAT network. The tests start libvirtd themselves.
-$SUDO apt-get install -y -qq --no-install-recommends "${backports[@]}" \
+apt_get install -y -qq --no-install-recommends "${backports[@]}" \
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network \
   libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
 # The libvirt benchmark's peer (virt-install --import).
-$SUDO apt-get install -y -qq --no-install-recommends virtinst
+apt_get install -y -qq --no-install-recommends virtinst
 # virtiofsd for shared folders (vm create --mount) over virtio-fs. Debian 12 has no package (QEMU
 # 7.2 dropped its C virtiofsd; the Rust one is packaged from Debian 13 on), so there the pinned
 # release is built from crates.io (about a minute; needs cargo) into /usr/libexec, where Debian's
 # package puts it. QEMU's vhost-user descriptor lets libvirt find it too.
 VIRTIOFSD_VERSION=1.14.0
 if apt-cache show virtiofsd >/dev/null 2>&1; then
-  $SUDO apt-get install -y -qq --no-install-recommends virtiofsd
+  apt_get install -y -qq --no-install-recommends virtiofsd
 elif ! /usr/libexec/virtiofsd --version 2>/dev/null | grep -qx "virtiofsd $VIRTIOFSD_VERSION"; then
-  $SUDO apt-get install -y -qq --no-install-recommends libseccomp-dev libcap-ng-dev
+  apt_get install -y -qq --no-install-recommends libseccomp-dev libcap-ng-dev
   command -v cargo >/dev/null || { echo "install-deps: building virtiofsd needs cargo (rustup.rs)" >&2; exit 1; }
   vfs_tmp=$(mktemp -d)
   cargo install --quiet --locked --root "$vfs_tmp" virtiofsd --version "$VIRTIOFSD_VERSION"
