@@ -2,7 +2,7 @@
 //! credentials (nubo's own file, then $REGISTRY_AUTH_FILE, then docker's), TLS trust, and plain
 //! http for the one registry given `--insecure-registry`.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -137,9 +137,26 @@ fn logout(a: &LogoutArgs, settings: &Settings) -> anyhow::Result<()> {
 fn prompt(label: &str) -> anyhow::Result<String> {
     eprint!("{label}");
     std::io::stderr().flush().ok();
+    Ok(
+        read_line_bounded(&mut std::io::stdin().lock(), label.trim_end_matches([':', ' ']))?
+            .trim()
+            .to_owned(),
+    )
+}
+
+/// The longest answer a prompt reads: a user name or a password, never megabytes from a pipe.
+const MAX_PROMPT_LINE: u64 = 8 * 1024;
+
+/// One line of `r`, at most [`MAX_PROMPT_LINE`] bytes: a longer one is refused, not read on.
+fn read_line_bounded(r: &mut impl BufRead, what: &str) -> anyhow::Result<String> {
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    Ok(line.trim().to_owned())
+    r.take(MAX_PROMPT_LINE + 1)
+        .read_line(&mut line)
+        .with_context(|| format!("reading the {what}"))?;
+    if line.len() as u64 > MAX_PROMPT_LINE {
+        bail!("the {what} is longer than {MAX_PROMPT_LINE} bytes: that is not a {what}; check what is piped in");
+    }
+    Ok(line)
 }
 
 /// Reads a line from the terminal with echo off (restored even on error).
@@ -155,10 +172,29 @@ fn read_hidden(label: &str) -> anyhow::Result<String> {
     tcsetattr(&stdin, SetArg::TCSANOW, &quiet).context("turning echo off")?;
     eprint!("{label}");
     std::io::stderr().flush().ok();
-    let mut line = String::new();
-    let r = stdin.lock().read_line(&mut line);
+    let r = read_line_bounded(&mut stdin.lock(), "password");
     let _ = tcsetattr(&stdin, SetArg::TCSANOW, &saved);
     eprintln!();
-    r.context("reading the password")?;
-    Ok(line.trim_end_matches(['\n', '\r']).to_owned())
+    Ok(r?.trim_end_matches(['\n', '\r']).to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_line_bounded_reads_one_line() {
+        let mut r = std::io::Cursor::new(b"alice\nbob\n".to_vec());
+
+        assert_eq!(read_line_bounded(&mut r, "username").unwrap(), "alice\n");
+    }
+
+    #[test]
+    fn read_line_bounded_endless_line_refused_without_reading_on() {
+        let mut r = std::io::BufReader::new(std::io::repeat(b'a'));
+
+        let err = read_line_bounded(&mut r, "username").unwrap_err();
+
+        assert!(err.to_string().contains("longer than 8192 bytes"), "{err}");
+    }
 }
