@@ -56,7 +56,7 @@ pub fn run(cmd: SnapshotCmd, engine: &Engine) -> anyhow::Result<()> {
             for s in l.snapshots.iter().filter(|s| s.note.is_some()) {
                 eprintln!(
                     "note: snapshot `{}` is {}: {}",
-                    s.name,
+                    nubo_core::name::quote(&s.name),
                     s.status.word(),
                     s.note.as_deref().unwrap_or("")
                 );
