@@ -13,7 +13,7 @@ use nubo_core::state::Verb;
 use nubo_core::VmState;
 use serde::Serialize;
 
-use crate::readiness::{self, Outcome, Probes, WaitFor};
+use crate::readiness::{self, Outcome, Probes, Readiness, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
 
@@ -35,8 +35,10 @@ pub struct LaunchView {
     pub note: Option<String>,
 }
 
+/// One row of `nubo vm ls`. [`crate::VmStatus`] (from [`Engine::observe`]) is the full,
+/// typed status a controller reads.
 #[derive(Debug, Clone, Serialize)]
-pub struct VmStatus {
+pub struct VmSummary {
     pub name: String,
     /// `creating` for an interrupted create; `unknown` when the record cannot be read.
     pub state: String,
@@ -314,7 +316,7 @@ impl Engine {
         Ok(self.backend_of(&rec)?.attach_console(&rec.vm_ref(&dir))?)
     }
 
-    pub fn list(&self) -> Result<Vec<VmStatus>, EngineError> {
+    pub fn list(&self) -> Result<Vec<VmSummary>, EngineError> {
         let mut out = Vec::new();
         for name in record::names(&self.roots.vms())? {
             let dir = self.roots.vm_dir(&name);
@@ -328,7 +330,7 @@ impl Engine {
                         .ok()
                         .and_then(|r| r.ssh)
                         .map(|a| format!("{}@{a}", rec.ssh.user));
-                    VmStatus {
+                    VmSummary {
                         state,
                         backend: rec.backend.clone(),
                         image: rec.image.as_ref().map(|i| i.reference.clone()),
@@ -341,7 +343,7 @@ impl Engine {
                         name,
                     }
                 }
-                _ => VmStatus {
+                _ => VmSummary {
                     name,
                     state: "unknown".into(),
                     backend: String::new(),
@@ -359,7 +361,8 @@ impl Engine {
         Ok(out)
     }
 
-    /// Waits for the running VM to reach `target`, reporting each phase as it happens.
+    /// Waits for the running VM to reach `target`, reporting each phase as it happens: the
+    /// blocking loop over [`Engine::readiness`]'s steps.
     pub fn wait(
         &self,
         name: &str,
@@ -368,6 +371,20 @@ impl Engine {
         start: Instant,
         events: &mut dyn FnMut(Event),
     ) -> Result<Outcome, EngineError> {
+        let r = self.readiness(name, target, timeout, start)?;
+        Ok(readiness::drive(r, &mut |p, t| events(Event::Phase(p, t)))?)
+    }
+
+    /// Readiness of the running VM as a state machine its caller polls
+    /// ([`readiness::Readiness::step`]): a daemon steps it from its own loop; [`Engine::wait`]
+    /// sleeps between steps. The timeout runs from now; phases are timed from `start`.
+    pub fn readiness(
+        &self,
+        name: &str,
+        target: WaitFor,
+        timeout: Duration,
+        start: Instant,
+    ) -> Result<Readiness<impl Probes + '_>, EngineError> {
         let rec = self.created(name)?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
@@ -380,7 +397,7 @@ impl Engine {
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
         let reach = backend.reach(&rec.vm_ref(&dir))?;
-        let mut probes = LiveProbes {
+        let probes = LiveProbes {
             ssh: None,
             ssh_addr: reach.ssh,
             predicted: reach
@@ -388,19 +405,11 @@ impl Engine {
                 .then(|| reach.guest_addresses.first().cloned())
                 .flatten(),
             engine: self,
-            rec: &rec,
-            dir: dir.clone(),
+            rec,
+            dir,
             backend,
         };
-        Ok(readiness::wait(
-            &console,
-            0,
-            target,
-            timeout,
-            start,
-            &mut probes,
-            &mut |p, t| events(Event::Phase(p, t)),
-        )?)
+        Ok(Readiness::new(&console, 0, target, timeout, start, probes))
     }
 
     /// The `ssh` command line that reaches the VM.
@@ -419,7 +428,7 @@ impl Engine {
 
 struct LiveProbes<'a> {
     engine: &'a Engine,
-    rec: &'a VmRecord,
+    rec: VmRecord,
     dir: PathBuf,
     backend: &'a dyn Backend,
     ssh_addr: Option<std::net::SocketAddr>,
