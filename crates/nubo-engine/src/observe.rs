@@ -66,6 +66,9 @@ pub struct ReadinessView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence: Option<String>,
     pub console_log: PathBuf,
+    /// Why the console log could not be read (absent when it was, or does not exist yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub console_error: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -235,15 +238,24 @@ impl Engine {
 }
 
 /// Reads the console log from its start (at most [`CONSOLE_READ`]) through the same line
-/// classifier as the wait. A log that cannot be read reads as empty: the VM may never have
-/// booted, and the path is in the view.
+/// classifier as the wait. A log that does not exist reads as empty (the VM has not written
+/// one yet); one that cannot be read (not a regular file, no permission) says why.
 pub fn read_console(path: &Path, alive: bool) -> ReadinessView {
     let mut bytes = Vec::new();
-    if let Ok(f) = nubo_core::file::open_regular(path, "console log") {
-        let _ = f.take(CONSOLE_READ).read_to_end(&mut bytes);
-    }
+    let read = nubo_core::file::open_regular(path, "console log").and_then(|f| {
+        f.take(CONSOLE_READ)
+            .read_to_end(&mut bytes)
+            .map_err(|e| nubo_core::file::FileError::io("reading console log", path, e))
+    });
+    let console_error = match read {
+        Err(e) if !e.is_not_found() => Some(e.to_string()),
+        _ => None,
+    };
     let text = String::from_utf8_lossy(&bytes);
-    console_view(text.split_inclusive('\n'), alive, path)
+    ReadinessView {
+        console_error,
+        ..console_view(text.split_inclusive('\n'), alive, path)
+    }
 }
 
 /// The readiness a console's lines prove. Pure. `alive` says the VMM runs now.
@@ -254,6 +266,7 @@ pub fn console_view<'a>(lines: impl IntoIterator<Item = &'a str>, alive: bool, c
         failure: None,
         evidence: None,
         console_log: console_log.to_path_buf(),
+        console_error: None,
     };
     let mut track = ConsoleTrack::default();
     for line in lines {
@@ -352,6 +365,9 @@ fn cloud_init_done(rec: &VmRecord, state: &Result<VmState, EngineError>, r: &Rea
         return c(False, reason, err.to_string());
     }
     let alive = matches!(state, Ok(VmState::Running | VmState::Paused));
+    if let Some(why) = &r.console_error {
+        return c(Unknown, "ConsoleUnreadable", why.clone());
+    }
     match (&r.finished, alive) {
         (Some(f), true) => c(
             True,

@@ -248,7 +248,7 @@ fn console_view_silent_console_of_live_vmm_is_vmm_running() {
 }
 
 #[test]
-fn read_console_fifo_is_not_opened_and_reads_as_empty() {
+fn read_console_fifo_is_not_read_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("console.log");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -256,6 +256,30 @@ fn read_console_fifo_is_not_opened_and_reads_as_empty() {
     let v = read_console(&fifo, false);
 
     assert_eq!((v.phase, v.finished), (None, None));
+    assert!(v.console_error.is_some_and(|e| e.contains("console log")));
+}
+
+#[test]
+fn read_console_missing_log_is_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let v = read_console(&dir.path().join("console.log"), true);
+
+    assert_eq!((v.phase, v.console_error), (Some(Phase::VmmRunning), None));
+}
+
+#[test]
+fn observe_unreadable_console_cloud_init_done_unknown() {
+    let t = fake();
+    created(&t, "web");
+    std::fs::create_dir(t.engine.roots.vm_dir("web").join("console.log")).unwrap();
+
+    let s = t.engine.observe("web").unwrap();
+
+    assert_eq!(
+        status(&s, ConditionType::CloudInitDone),
+        (ConditionStatus::Unknown, "ConsoleUnreadable".to_owned())
+    );
 }
 
 #[test]
