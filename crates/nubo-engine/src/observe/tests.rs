@@ -301,3 +301,91 @@ fn seed_inputs_digest_changes_with_ssh_key_not_with_vcpus() {
     assert_eq!(b, v);
     assert!(b.starts_with("sha256:") && b.len() == 7 + 64, "{b}");
 }
+
+// Engine::readiness: the state machine over a real record and the fake backend.
+
+fn steps_to_end(t: &T, name: &str) -> (Vec<Phase>, crate::readiness::Step) {
+    use crate::readiness::{Step, WaitFor};
+    let mut r = t
+        .engine
+        .readiness(
+            name,
+            WaitFor::CloudInit,
+            Duration::from_secs(5),
+            std::time::Instant::now(),
+        )
+        .unwrap();
+    let mut phases = Vec::new();
+    loop {
+        match r.step() {
+            Step::Phase(p, _) => phases.push(p),
+            Step::PollAfter(d) => std::thread::sleep(d),
+            end => return (phases, end),
+        }
+    }
+}
+
+#[test]
+fn engine_readiness_finished_console_steps_to_done() {
+    let t = fake();
+    created(&t, "web");
+    console(&t, "web", &[KERNEL, FINISHED]);
+
+    let (phases, end) = steps_to_end(&t, "web");
+
+    assert_eq!(
+        phases,
+        vec![Phase::VmmRunning, Phase::KernelBooting, Phase::CloudInitFinished]
+    );
+    assert!(
+        matches!(&end, crate::readiness::Step::Done(o) if o.finished.as_ref().is_some_and(|f| f.datasource == "DataSourceNoCloud")),
+        "{end:?}"
+    );
+}
+
+#[test]
+fn engine_readiness_crashed_vmm_steps_to_failed_with_fix() {
+    let t = fake();
+    created(&t, "web");
+    let uuid = t.engine.load("web").unwrap().uuid;
+    let mut r = t
+        .engine
+        .readiness(
+            "web",
+            crate::readiness::WaitFor::CloudInit,
+            Duration::from_secs(5),
+            std::time::Instant::now(),
+        )
+        .unwrap();
+
+    t.fake.crash(&uuid);
+    let step = r.step();
+
+    let crate::readiness::Step::Failed(e) = step else {
+        panic!("not failed: {step:?}")
+    };
+    assert_eq!(e.failure, Failure::VmmExited);
+    assert!(e.fix().is_some_and(|f| f.contains("console.log")));
+}
+
+#[test]
+fn engine_readiness_stopped_vm_refused_with_fix() {
+    let t = fake();
+    created(&t, "web");
+    t.engine
+        .stop("web", true, Duration::from_secs(1), &mut quiet())
+        .unwrap();
+
+    let err = t
+        .engine
+        .readiness(
+            "web",
+            crate::readiness::WaitFor::CloudInit,
+            Duration::from_secs(5),
+            std::time::Instant::now(),
+        )
+        .err()
+        .unwrap();
+
+    assert_eq!(err.fix().as_deref(), Some("start it first: `nubo vm start web`"));
+}
