@@ -10,6 +10,7 @@ pub mod create;
 pub mod default_image;
 pub mod diagnostic;
 pub mod error;
+mod guest_status;
 pub mod host;
 pub mod lifecycle;
 pub mod lock;

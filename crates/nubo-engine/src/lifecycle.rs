@@ -13,6 +13,7 @@ use nubo_core::state::Verb;
 use nubo_core::VmState;
 use serde::Serialize;
 
+use crate::guest_status::{Answer, GuestStatus};
 use crate::readiness::{self, Outcome, Probes, Readiness, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
@@ -399,6 +400,7 @@ impl Engine {
         let reach = backend.reach(&rec.vm_ref(&dir))?;
         let probes = LiveProbes {
             ssh: None,
+            status: None,
             ssh_addr: reach.ssh,
             predicted: reach
                 .predicted
@@ -435,6 +437,8 @@ struct LiveProbes<'a> {
     /// The guest's address, when the backend predicted it rather than observed it.
     predicted: Option<String>,
     ssh: Option<SshWatcher>,
+    /// `cloud-init status --wait` over SSH, while it runs.
+    status: Option<GuestStatus>,
 }
 
 /// Probes the SSH banner on its own thread: a probe can block for its whole timeout (user-mode
@@ -503,25 +507,27 @@ impl Probes for LiveProbes<'_> {
         if !self.rec.ssh.nubo_key {
             return None;
         }
-        let cmd = [
-            "sudo".to_owned(),
-            "cloud-init".into(),
-            "status".into(),
-            "--wait".into(),
-            "--long".into(),
-        ];
-        let argv = self.engine.ssh_argv(&self.rec.name, &cmd).ok()?;
-        let out = std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        match out.status.code() {
-            Some(0) => Some(Ok(text)),
-            // 255 is ssh's own failure (not yet accepting our key): try again later.
-            Some(255) | None => None,
-            Some(_) => Some(Err(text)),
+        // Started once and looked at on every call: the command waits for cloud-init, and a
+        // readiness step must not (see `guest_status`).
+        if self.status.is_none() {
+            let cmd = [
+                "sudo".to_owned(),
+                "cloud-init".into(),
+                "status".into(),
+                "--wait".into(),
+                "--long".into(),
+            ];
+            let argv = self.engine.ssh_argv(&self.rec.name, &cmd).ok()?;
+            self.status = Some(GuestStatus::start(&argv)?);
+        }
+        match self.status.as_mut()?.poll() {
+            Answer::Pending => None,
+            Answer::Retry => {
+                // Not accepting nubo's key yet: a new ssh on a later look.
+                self.status = None;
+                None
+            }
+            Answer::Done(r) => Some(r),
         }
     }
 }
