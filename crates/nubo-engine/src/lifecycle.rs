@@ -385,7 +385,7 @@ impl Engine {
         target: WaitFor,
         timeout: Duration,
         start: Instant,
-    ) -> Result<Readiness<impl Probes + '_>, EngineError> {
+    ) -> Result<Readiness<VmProbes<'_>>, EngineError> {
         let rec = self.created(name)?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
@@ -398,7 +398,7 @@ impl Engine {
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
         let reach = backend.reach(&rec.vm_ref(&dir))?;
-        let probes = LiveProbes {
+        let probes = VmProbes {
             ssh: None,
             status: None,
             ssh_addr: reach.ssh,
@@ -428,7 +428,10 @@ impl Engine {
     }
 }
 
-struct LiveProbes<'a> {
+/// What [`Engine::readiness`] probes a VM with: its backend (VMM alive, DHCP lease, predicted
+/// address), the SSH banner and, for a console silent about cloud-init, `cloud-init status`
+/// over SSH. `Send`, so a daemon can step a VM's readiness on a blocking-task thread.
+pub struct VmProbes<'a> {
     engine: &'a Engine,
     rec: VmRecord,
     dir: PathBuf,
@@ -472,7 +475,7 @@ impl Drop for SshWatcher {
     }
 }
 
-impl Probes for LiveProbes<'_> {
+impl Probes for VmProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
         self.backend.alive(&self.rec.vm_ref(&self.dir))
     }

@@ -389,3 +389,10 @@ fn engine_readiness_stopped_vm_refused_with_fix() {
 
     assert_eq!(err.fix().as_deref(), Some("start it first: `nubo vm start web`"));
 }
+
+#[test]
+fn engine_readiness_state_machine_is_send() {
+    fn send<S: Send>() {}
+
+    send::<crate::readiness::Readiness<crate::lifecycle::VmProbes<'static>>>();
+}
