@@ -106,6 +106,17 @@ fn vm_start_absent_vm_names_it() {
 }
 
 #[test]
+fn vm_status_absent_vm_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let o = nubo(dir.path(), &["vm", "status", "ghost", "-o", "json"]);
+
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("vm `ghost` does not exist"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty(), "printed a status for a VM that does not exist");
+}
+
+#[test]
 fn default_backend_unknown_name_refused() {
     let dir = tempfile::tempdir().unwrap();
 

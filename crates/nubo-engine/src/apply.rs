@@ -1,6 +1,9 @@
-//! What `nubo apply` needs beyond `plan`/`dry_run`/`create`/`remove`: the observed state of a
-//! VM against a desired spec (read-only), a read-only check of everything a spec references,
-//! and bounded parallel work.
+//! Desired against observed, and converging: what `nubo apply` (and a controller's reconcile)
+//! asks of the engine. [`Engine::compare`] reads how a VM stands against a spec;
+//! [`Engine::plan_apply`] turns that into an [`ApplyPlan`] (the [`Action`], the differences,
+//! the create plan) through the dry run's path, writing nothing; [`Engine::converge`] carries
+//! the action out. The CLI only renders them and adds its policy (`--recreate`, parallelism).
+//! Also a read-only check of everything a spec references, and bounded parallel work.
 
 use std::path::Path;
 
@@ -9,7 +12,7 @@ use nubo_spec::{DiskSource, Field, Firmware, VmSpec};
 use serde::Serialize;
 
 use crate::record::{self, Phase};
-use crate::{Engine, EngineError};
+use crate::{Engine, EngineError, Event, Plan};
 
 /// A VM as found, against the spec asked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -25,6 +28,65 @@ pub enum Observed {
     Different(Vec<String>),
 }
 
+impl Observed {
+    /// What converging the VM to the spec takes.
+    pub fn action(&self) -> Action {
+        match self {
+            Observed::Missing => Action::Create,
+            Observed::Interrupted => Action::Resume,
+            Observed::Same => Action::Unchanged,
+            Observed::Different(_) => Action::Recreate,
+        }
+    }
+}
+
+/// What converging one VM to its spec does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Create,
+    /// An interrupted create of that name: creating again converges.
+    Resume,
+    Unchanged,
+    /// It exists with another spec: removed (its disk is lost) and created again. Callers
+    /// decide whether they allow it (`nubo apply --recreate`).
+    Recreate,
+}
+
+/// Desired against observed for one VM, and what converging it takes. Made reading only.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyPlan {
+    pub action: Action,
+    /// `path: old -> new` per field, for [`Action::Recreate`].
+    pub differences: Vec<String>,
+    /// The create plan (through [`Engine::dry_run`]): absent for an unchanged VM (it keeps
+    /// what it was made with) and when the image must be pulled first.
+    pub plan: Option<Plan>,
+    /// The backend recorded for an unchanged VM, which it keeps.
+    pub recorded_backend: Option<String>,
+}
+
+/// What [`Engine::converge`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Converged {
+    Created,
+    /// The VM existed with this spec: nothing was done.
+    Unchanged,
+    Recreated,
+}
+
+impl Converged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Converged::Created => "created",
+            Converged::Unchanged => "unchanged",
+            Converged::Recreated => "recreated",
+        }
+    }
+}
+
 /// What [`Engine::check_references`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct References {
@@ -36,7 +98,7 @@ pub struct References {
 
 impl Engine {
     /// How the VM `spec` names stands against `spec`. Reads the record only.
-    pub fn observe(&self, spec: &VmSpec) -> Result<Observed, EngineError> {
+    pub fn compare(&self, spec: &VmSpec) -> Result<Observed, EngineError> {
         let dir = self.roots.vm_dir(spec.name.as_str());
         Ok(match record::load(&dir)? {
             None => Observed::Missing,
@@ -49,6 +111,58 @@ impl Engine {
                     Observed::Different(diffs)
                 }
             }
+        })
+    }
+
+    /// Desired (`spec`) against observed, and the action that converges them. Reads only: a
+    /// dry run and a real apply plan through the same call. `pull_first` (from
+    /// [`Engine::check_references`]) skips the create plan, which needs the image in the store.
+    /// Capabilities, backend checks and admission are refused here, before anything is made.
+    pub fn plan_apply(&self, spec: &VmSpec, pull_first: bool) -> Result<ApplyPlan, EngineError> {
+        let observed = self.compare(spec)?;
+        let action = observed.action();
+        let differences = match observed {
+            Observed::Different(d) => d,
+            _ => Vec::new(),
+        };
+        let plan = if pull_first || action == Action::Unchanged {
+            None
+        } else {
+            Some(self.dry_run(spec)?)
+        };
+        let recorded_backend = if action == Action::Unchanged {
+            Some(self.load(spec.name.as_str())?.backend)
+        } else {
+            None
+        };
+        Ok(ApplyPlan {
+            action,
+            differences,
+            plan,
+            recorded_backend,
+        })
+    }
+
+    /// Carries out `action` for `spec`: a recreate removes the VM first (forced: its disk is
+    /// lost), then every action but unchanged creates, which converges an interrupted create
+    /// and is a no-op for a VM that meanwhile appeared with this spec.
+    pub fn converge(
+        &self,
+        spec: &VmSpec,
+        action: Action,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<Converged, EngineError> {
+        if action == Action::Unchanged {
+            return Ok(Converged::Unchanged);
+        }
+        if action == Action::Recreate {
+            self.remove(spec.name.as_str(), true, events)?;
+        }
+        let created = self.create(spec, events)?;
+        Ok(match (action, created.existed) {
+            (Action::Recreate, _) => Converged::Recreated,
+            (_, true) => Converged::Unchanged,
+            _ => Converged::Created,
         })
     }
 
@@ -155,6 +269,112 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    use crate::tests::{fake, quiet, spec};
+
+    #[test]
+    fn plan_apply_missing_vm_create_with_plan() {
+        let t = fake();
+
+        let p = t.engine.plan_apply(&spec(&t, "web"), false).unwrap();
+
+        assert_eq!(p.action, Action::Create);
+        assert_eq!(p.plan.map(|p| p.name), Some("web".to_owned()));
+        assert_eq!(p.recorded_backend, None);
+    }
+
+    #[test]
+    fn plan_apply_same_spec_unchanged_keeps_recorded_backend() {
+        let t = fake();
+        t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+
+        let p = t.engine.plan_apply(&spec(&t, "web"), false).unwrap();
+
+        assert_eq!((p.action, p.plan.is_none()), (Action::Unchanged, true));
+        assert_eq!(p.recorded_backend.as_deref(), Some("qemu"));
+    }
+
+    #[test]
+    fn plan_apply_changed_spec_recreate_with_differences() {
+        let t = fake();
+        t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+        let mut changed = spec(&t, "web");
+        changed.resources.vcpus = Some(2);
+
+        let p = t.engine.plan_apply(&changed, false).unwrap();
+
+        assert_eq!(p.action, Action::Recreate);
+        assert_eq!(p.differences, vec!["spec.resources.vcpus: unset -> 2".to_owned()]);
+        assert!(p.plan.is_some());
+    }
+
+    #[test]
+    fn plan_apply_interrupted_create_resume() {
+        let t = fake();
+        let c = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+        let mut rec = c.record;
+        rec.phase = Phase::Creating;
+        record::save(&t.engine.roots.vm_dir("web"), &rec).unwrap();
+
+        let p = t.engine.plan_apply(&spec(&t, "web"), false).unwrap();
+
+        assert_eq!(p.action, Action::Resume);
+    }
+
+    #[test]
+    fn plan_apply_pull_first_has_no_plan() {
+        let t = fake();
+
+        let p = t.engine.plan_apply(&spec(&t, "web"), true).unwrap();
+
+        assert_eq!((p.action, p.plan.is_none()), (Action::Create, true));
+    }
+
+    #[test]
+    fn converge_recreate_replaces_vm_with_new_uuid() {
+        let t = fake();
+        let old = t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap().record.uuid;
+        let mut changed = spec(&t, "web");
+        changed.resources.vcpus = Some(2);
+        let action = t.engine.plan_apply(&changed, false).unwrap().action;
+
+        let done = t.engine.converge(&changed, action, &mut quiet()).unwrap();
+
+        let rec = t.engine.load("web").unwrap();
+        assert_eq!(done, Converged::Recreated);
+        assert_ne!(rec.uuid, old);
+        assert_eq!(rec.spec.resources.vcpus, Some(2));
+    }
+
+    #[test]
+    fn converge_unchanged_calls_no_backend() {
+        let t = fake();
+        t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
+        let before = t.fake.calls();
+
+        let done = t
+            .engine
+            .converge(&spec(&t, "web"), Action::Unchanged, &mut quiet())
+            .unwrap();
+
+        assert_eq!((done, t.fake.calls()), (Converged::Unchanged, before));
+    }
+
+    #[test]
+    fn converge_create_then_again_is_unchanged() {
+        let t = fake();
+
+        let first = t
+            .engine
+            .converge(&spec(&t, "web"), Action::Create, &mut quiet())
+            .unwrap();
+        let again = t
+            .engine
+            .converge(&spec(&t, "web"), Action::Create, &mut quiet())
+            .unwrap();
+
+        assert_eq!((first, again), (Converged::Created, Converged::Unchanged));
+    }
 
     #[test]
     fn parallel_keeps_order() {

@@ -8,11 +8,14 @@ mod chain;
 pub mod copy;
 pub mod create;
 pub mod default_image;
+pub mod diagnostic;
 pub mod error;
+mod guest_status;
 pub mod host;
 pub mod lifecycle;
 pub mod lock;
 mod mounts;
+pub mod observe;
 pub mod plan;
 pub mod readiness;
 pub mod record;
@@ -28,10 +31,12 @@ use nubo_image::{ImageRecord, ImageRef};
 use serde::{Deserialize, Serialize};
 
 pub use create::Created;
+pub use diagnostic::Diagnostic;
 pub use error::EngineError;
-pub use lifecycle::{LaunchSource, LaunchView, VmStatus};
+pub use lifecycle::{LaunchSource, LaunchView, VmSummary};
+pub use observe::{Condition, ConditionStatus, ConditionType, VmStatus};
 pub use plan::Plan;
-pub use readiness::{Failure, Outcome, Phase, ReadinessError, WaitFor};
+pub use readiness::{Failure, Outcome, Phase, Readiness, ReadinessError, Step, WaitFor};
 pub use record::VmRecord;
 
 /// Progress a command reports as it goes.

@@ -13,7 +13,8 @@ use nubo_core::state::Verb;
 use nubo_core::VmState;
 use serde::Serialize;
 
-use crate::readiness::{self, Outcome, Probes, WaitFor};
+use crate::guest_status::{Answer, GuestStatus};
+use crate::readiness::{self, Outcome, Probes, Readiness, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
 
@@ -35,8 +36,10 @@ pub struct LaunchView {
     pub note: Option<String>,
 }
 
+/// One row of `nubo vm ls`. [`crate::VmStatus`] (from [`Engine::observe`]) is the full,
+/// typed status a controller reads.
 #[derive(Debug, Clone, Serialize)]
-pub struct VmStatus {
+pub struct VmSummary {
     pub name: String,
     /// `creating` for an interrupted create; `unknown` when the record cannot be read.
     pub state: String,
@@ -314,7 +317,7 @@ impl Engine {
         Ok(self.backend_of(&rec)?.attach_console(&rec.vm_ref(&dir))?)
     }
 
-    pub fn list(&self) -> Result<Vec<VmStatus>, EngineError> {
+    pub fn list(&self) -> Result<Vec<VmSummary>, EngineError> {
         let mut out = Vec::new();
         for name in record::names(&self.roots.vms())? {
             let dir = self.roots.vm_dir(&name);
@@ -328,7 +331,7 @@ impl Engine {
                         .ok()
                         .and_then(|r| r.ssh)
                         .map(|a| format!("{}@{a}", rec.ssh.user));
-                    VmStatus {
+                    VmSummary {
                         state,
                         backend: rec.backend.clone(),
                         image: rec.image.as_ref().map(|i| i.reference.clone()),
@@ -341,7 +344,7 @@ impl Engine {
                         name,
                     }
                 }
-                _ => VmStatus {
+                _ => VmSummary {
                     name,
                     state: "unknown".into(),
                     backend: String::new(),
@@ -359,7 +362,8 @@ impl Engine {
         Ok(out)
     }
 
-    /// Waits for the running VM to reach `target`, reporting each phase as it happens.
+    /// Waits for the running VM to reach `target`, reporting each phase as it happens: the
+    /// blocking loop over [`Engine::readiness`]'s steps.
     pub fn wait(
         &self,
         name: &str,
@@ -368,6 +372,20 @@ impl Engine {
         start: Instant,
         events: &mut dyn FnMut(Event),
     ) -> Result<Outcome, EngineError> {
+        let r = self.readiness(name, target, timeout, start)?;
+        Ok(readiness::drive(r, &mut |p, t| events(Event::Phase(p, t)))?)
+    }
+
+    /// Readiness of the running VM as a state machine its caller polls
+    /// ([`readiness::Readiness::step`]): a daemon steps it from its own loop; [`Engine::wait`]
+    /// sleeps between steps. The timeout runs from now; phases are timed from `start`.
+    pub fn readiness(
+        &self,
+        name: &str,
+        target: WaitFor,
+        timeout: Duration,
+        start: Instant,
+    ) -> Result<Readiness<VmProbes<'_>>, EngineError> {
         let rec = self.created(name)?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
@@ -380,27 +398,20 @@ impl Engine {
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
         let reach = backend.reach(&rec.vm_ref(&dir))?;
-        let mut probes = LiveProbes {
+        let probes = VmProbes {
             ssh: None,
+            status: None,
             ssh_addr: reach.ssh,
             predicted: reach
                 .predicted
                 .then(|| reach.guest_addresses.first().cloned())
                 .flatten(),
             engine: self,
-            rec: &rec,
-            dir: dir.clone(),
+            rec,
+            dir,
             backend,
         };
-        Ok(readiness::wait(
-            &console,
-            0,
-            target,
-            timeout,
-            start,
-            &mut probes,
-            &mut |p, t| events(Event::Phase(p, t)),
-        )?)
+        Ok(Readiness::new(&console, 0, target, timeout, start, probes))
     }
 
     /// The `ssh` command line that reaches the VM.
@@ -417,15 +428,20 @@ impl Engine {
     }
 }
 
-struct LiveProbes<'a> {
+/// What [`Engine::readiness`] probes a VM with: its backend (VMM alive, DHCP lease, predicted
+/// address), the SSH banner and, for a console silent about cloud-init, `cloud-init status`
+/// over SSH. `Send`, so a daemon can step a VM's readiness on a blocking-task thread.
+pub struct VmProbes<'a> {
     engine: &'a Engine,
-    rec: &'a VmRecord,
+    rec: VmRecord,
     dir: PathBuf,
     backend: &'a dyn Backend,
     ssh_addr: Option<std::net::SocketAddr>,
     /// The guest's address, when the backend predicted it rather than observed it.
     predicted: Option<String>,
     ssh: Option<SshWatcher>,
+    /// `cloud-init status --wait` over SSH, while it runs.
+    status: Option<GuestStatus>,
 }
 
 /// Probes the SSH banner on its own thread: a probe can block for its whole timeout (user-mode
@@ -459,7 +475,7 @@ impl Drop for SshWatcher {
     }
 }
 
-impl Probes for LiveProbes<'_> {
+impl Probes for VmProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
         self.backend.alive(&self.rec.vm_ref(&self.dir))
     }
@@ -494,25 +510,27 @@ impl Probes for LiveProbes<'_> {
         if !self.rec.ssh.nubo_key {
             return None;
         }
-        let cmd = [
-            "sudo".to_owned(),
-            "cloud-init".into(),
-            "status".into(),
-            "--wait".into(),
-            "--long".into(),
-        ];
-        let argv = self.engine.ssh_argv(&self.rec.name, &cmd).ok()?;
-        let out = std::process::Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(std::process::Stdio::null())
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        match out.status.code() {
-            Some(0) => Some(Ok(text)),
-            // 255 is ssh's own failure (not yet accepting our key): try again later.
-            Some(255) | None => None,
-            Some(_) => Some(Err(text)),
+        // Started once and looked at on every call: the command waits for cloud-init, and a
+        // readiness step must not (see `guest_status`).
+        if self.status.is_none() {
+            let cmd = [
+                "sudo".to_owned(),
+                "cloud-init".into(),
+                "status".into(),
+                "--wait".into(),
+                "--long".into(),
+            ];
+            let argv = self.engine.ssh_argv(&self.rec.name, &cmd).ok()?;
+            self.status = Some(GuestStatus::start(&argv)?);
+        }
+        match self.status.as_mut()?.poll() {
+            Answer::Pending => None,
+            Answer::Retry => {
+                // Not accepting nubo's key yet: a new ssh on a later look.
+                self.status = None;
+                None
+            }
+            Answer::Done(r) => Some(r),
         }
     }
 }

@@ -357,8 +357,327 @@ impl std::fmt::Display for ReadinessError {
     }
 }
 
+/// Forwarding, so [`wait`] can hand a borrowed `&mut dyn Probes` to a [`Readiness`].
+impl<T: Probes + ?Sized> Probes for &mut T {
+    fn vmm_alive(&mut self) -> bool {
+        (**self).vmm_alive()
+    }
+    fn ssh_banner(&mut self) -> bool {
+        (**self).ssh_banner()
+    }
+    fn cloud_init_status_over_ssh(&mut self) -> Option<Result<String, String>> {
+        (**self).cloud_init_status_over_ssh()
+    }
+    fn leased(&mut self) -> bool {
+        (**self).leased()
+    }
+    fn predicted_address(&mut self) -> Option<(String, AddressCheck)> {
+        (**self).predicted_address()
+    }
+}
+
+/// What the console lines seen so far say about cloud-init: fed line by line, by the wait
+/// ([`Readiness`]) and by [`crate::observe`], so both read a console the same way.
+#[derive(Debug, Clone, Default)]
+pub struct ConsoleTrack {
+    /// cloud-init's warning and error lines, in order.
+    pub problems: Vec<String>,
+    /// Some line mentions cloud-init (its closing line may still come).
+    pub cloud_init_on_console: bool,
+}
+
+/// What one console line settles, by [`ConsoleTrack::feed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineVerdict {
+    KernelBooting,
+    /// cloud-init finished, read the seed and reported no problem.
+    Finished(Finished),
+    /// The guest will not get further: the failure, its evidence line, and whether cloud-init's
+    /// closing line was seen (its errors are reported after it finished).
+    Failed {
+        failure: Failure,
+        evidence: String,
+        finished: bool,
+    },
+}
+
+impl ConsoleTrack {
+    pub fn feed(&mut self, line: &str) -> Option<LineVerdict> {
+        match classify(line) {
+            Some(ConsoleEvent::KernelBooting) => Some(LineVerdict::KernelBooting),
+            Some(ConsoleEvent::CloudInitProblem(p)) => {
+                self.problems.push(p);
+                None
+            }
+            Some(ConsoleEvent::BootFailed(l)) => Some(LineVerdict::Failed {
+                failure: Failure::BootFailed,
+                evidence: l,
+                finished: false,
+            }),
+            Some(ConsoleEvent::Finished(f)) => {
+                if f.datasource == "DataSourceNone" || f.datasource == "None" {
+                    return Some(LineVerdict::Failed {
+                        failure: Failure::SeedNotRead {
+                            datasource: f.datasource.clone(),
+                        },
+                        evidence: line.trim().to_owned(),
+                        finished: false,
+                    });
+                }
+                if let Some(first) = self.problems.first() {
+                    return Some(LineVerdict::Failed {
+                        failure: Failure::CloudInitErrors {
+                            datasource: f.datasource.clone(),
+                            problems: self.problems.clone(),
+                        },
+                        evidence: first.clone(),
+                        finished: true,
+                    });
+                }
+                Some(LineVerdict::Finished(f))
+            }
+            None => {
+                if line.contains("cloud-init") || line.contains("Cloud-init") {
+                    self.cloud_init_on_console = true;
+                }
+                None
+            }
+        }
+    }
+}
+
+/// What [`Readiness::step`] answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// A phase was reached (each once, in order), with the time since the wait's start.
+    Phase(Phase, Duration),
+    /// Nothing new: call `step` again after this long.
+    PollAfter(Duration),
+    /// The target is reached: the evidence.
+    Done(Outcome),
+    /// It never will be: why, with the last phase and the evidence line.
+    Failed(ReadinessError),
+}
+
+/// Readiness as a state machine a caller polls: each [`Readiness::step`] looks once (the VMM,
+/// the console lines appended since, the probes) and says what it found or how long to wait
+/// before looking again. [`wait`] is its blocking loop (`vm create --wait`, `vm wait`, apply);
+/// a daemon calls `step` from its own loop and never sleeps in the engine. Once `Done` or
+/// `Failed`, every later step answers the same.
+pub struct Readiness<P: Probes> {
+    probes: P,
+    console: PathBuf,
+    target: WaitFor,
+    timeout: Duration,
+    start: Instant,
+    deadline: Instant,
+    follower: ConsoleFollower,
+    track: ConsoleTrack,
+    seen: Option<Phase>,
+    last_ssh_check: Instant,
+    /// A predicted address is checked beside the console: cloud-init's line alone does not
+    /// prove the guest answers where nubo says it is.
+    predicted: bool,
+    finished: Option<Finished>,
+    last_addr_check: Instant,
+    /// Phases reached by the last look, not yet returned.
+    pending: std::collections::VecDeque<(Phase, Duration)>,
+    end: Option<Result<Outcome, ReadinessError>>,
+    /// The last look found nothing final: the next step asks the caller to wait first.
+    rest: bool,
+}
+
+impl<P: Probes> Readiness<P> {
+    /// Starts following `console` from `offset` towards `target`; `start` is when the caller's
+    /// command began (phases are reported relative to it), the timeout runs from now.
+    pub fn new(console: &Path, offset: u64, target: WaitFor, timeout: Duration, start: Instant, mut probes: P) -> Self {
+        let now = Instant::now();
+        let predicted = probes.predicted_address().is_some();
+        Readiness {
+            probes,
+            console: console.to_path_buf(),
+            target,
+            timeout,
+            start,
+            deadline: nubo_core::duration::deadline(now, timeout),
+            follower: ConsoleFollower::new(console, offset),
+            track: ConsoleTrack::default(),
+            seen: None,
+            last_ssh_check: now - Duration::from_secs(10),
+            predicted,
+            finished: None,
+            last_addr_check: now,
+            pending: std::collections::VecDeque::new(),
+            end: None,
+            rest: false,
+        }
+    }
+
+    /// The last phase reached so far.
+    pub fn phase(&self) -> Option<Phase> {
+        self.seen
+    }
+
+    pub fn step(&mut self) -> Step {
+        loop {
+            if let Some((p, t)) = self.pending.pop_front() {
+                return Step::Phase(p, t);
+            }
+            match &self.end {
+                Some(Ok(o)) => return Step::Done(o.clone()),
+                Some(Err(e)) => return Step::Failed(e.clone()),
+                None => {}
+            }
+            if self.rest {
+                self.rest = false;
+                // Short, so a phase is reported within a few ms of the console line; a look
+                // is one stat and a read of what was appended.
+                return Step::PollAfter(POLL);
+            }
+            self.look();
+        }
+    }
+
+    fn reach(&mut self, p: Phase) {
+        if self.seen.is_none_or(|s| p > s) {
+            // Phases reached out of order (SSH before the kernel line, say) are reported once.
+            self.seen = Some(p);
+            self.pending.push_back((p, self.start.elapsed()));
+        }
+    }
+
+    fn fail(&mut self, failure: Failure, evidence: Option<String>) {
+        self.end = Some(Err(ReadinessError {
+            failure,
+            last_phase: self.seen,
+            evidence,
+            console_log: self.console.clone(),
+        }));
+    }
+
+    fn done(&mut self, outcome: Outcome) {
+        self.end = Some(Ok(outcome));
+    }
+
+    /// One look at the world; sets `end` when it is settled, `rest` otherwise.
+    fn look(&mut self) {
+        if !self.probes.vmm_alive() {
+            return self.fail(Failure::VmmExited, None);
+        }
+        self.reach(Phase::VmmRunning);
+        for line in self.follower.poll() {
+            match self.track.feed(&line) {
+                Some(LineVerdict::KernelBooting) => self.reach(Phase::KernelBooting),
+                Some(LineVerdict::Failed {
+                    failure,
+                    evidence,
+                    finished,
+                }) => {
+                    if finished {
+                        self.reach(Phase::CloudInitFinished);
+                    }
+                    return self.fail(failure, Some(evidence));
+                }
+                Some(LineVerdict::Finished(f)) => {
+                    self.reach(Phase::CloudInitFinished);
+                    if !self.predicted {
+                        return self.done(Outcome {
+                            reached: Phase::CloudInitFinished,
+                            finished: Some(f),
+                            status_over_ssh: None,
+                            address: None,
+                        });
+                    }
+                    // The address is settled below, now and then on every look.
+                    self.finished = Some(f);
+                    self.last_addr_check = Instant::now() - ADDRESS_EVERY;
+                }
+                None => {}
+            }
+        }
+        let target = self.target;
+        if self.last_ssh_check.elapsed() >= Duration::from_secs(2) {
+            self.last_ssh_check = Instant::now();
+            if self.seen < Some(Phase::AddressLeased) && self.probes.leased() {
+                self.reach(Phase::AddressLeased);
+            }
+            if self.probes.ssh_banner() {
+                self.reach(Phase::SshReachable);
+                if target == WaitFor::Ssh && !self.predicted {
+                    return self.done(Outcome {
+                        reached: Phase::SshReachable,
+                        finished: None,
+                        status_over_ssh: None,
+                        address: None,
+                    });
+                }
+                if target == WaitFor::CloudInit
+                    && !self.track.cloud_init_on_console
+                    && self.seen < Some(Phase::CloudInitFinished)
+                {
+                    // The console is silent about cloud-init (console= elsewhere): ask the guest.
+                    match self.probes.cloud_init_status_over_ssh() {
+                        Some(Err(e)) => return self.fail(Failure::CloudInitFailed, Some(e)),
+                        Some(Ok(text)) => {
+                            self.reach(Phase::CloudInitFinished);
+                            // The banner came from the guest's address: a predicted one is up.
+                            let address = self.probes.predicted_address().map(|(a, _)| AddressOutcome::Up {
+                                evidence: format!("SSH banner from {a}:22"),
+                                address: a,
+                            });
+                            return self.done(Outcome {
+                                reached: Phase::CloudInitFinished,
+                                finished: None,
+                                status_over_ssh: Some(text),
+                                address,
+                            });
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        let timed_out = Instant::now() >= self.deadline;
+        if self.predicted && (timed_out || self.last_addr_check.elapsed() >= ADDRESS_EVERY) {
+            self.last_addr_check = Instant::now();
+            if let Some((address, check)) = self.probes.predicted_address() {
+                let banner = self.probes.ssh_banner();
+                let finished = self.finished.is_some();
+                match address_step(target, &address, &check, banner, finished, timed_out, self.timeout) {
+                    AddressStep::Done(outcome) => {
+                        let finished = self.finished.take();
+                        return self.done(Outcome {
+                            reached: if finished.is_some() {
+                                Phase::CloudInitFinished
+                            } else {
+                                Phase::SshReachable
+                            },
+                            finished,
+                            status_over_ssh: None,
+                            address: Some(outcome),
+                        });
+                    }
+                    AddressStep::Fail(failure) => return self.fail(failure, None),
+                    AddressStep::Wait => {}
+                }
+            }
+        }
+        if timed_out {
+            return self.fail(
+                Failure::TimedOut {
+                    after_secs: self.timeout.as_secs(),
+                    target,
+                },
+                None,
+            );
+        }
+        self.rest = true;
+    }
+}
+
 /// Follows the console and probes until `target` is reached, calling `on_phase` once per phase
-/// as it happens with the time since `start`. Errors name the last phase seen and the log.
+/// as it happens with the time since `start`: the blocking loop over [`Readiness::step`].
+/// Errors name the last phase seen and the log.
 pub fn wait(
     console: &Path,
     offset: u64,
@@ -368,154 +687,24 @@ pub fn wait(
     probes: &mut dyn Probes,
     on_phase: &mut dyn FnMut(Phase, Duration),
 ) -> Result<Outcome, ReadinessError> {
-    let fail = |failure: Failure, last_phase: Option<Phase>, evidence: Option<String>| ReadinessError {
-        failure,
-        last_phase,
-        evidence,
-        console_log: console.to_path_buf(),
-    };
-    let mut follower = ConsoleFollower::new(console, offset);
-    let mut seen: Option<Phase> = None;
-    let mut problems: Vec<String> = Vec::new();
-    let mut cloud_init_on_console = false;
-    let mut last_ssh_check = Instant::now() - Duration::from_secs(10);
-    let mut reach = |p: Phase, seen: &mut Option<Phase>| {
-        if seen.is_none_or(|s| p > s) {
-            // Phases reached out of order (SSH before the kernel line, say) are reported once.
-            *seen = Some(p);
-            on_phase(p, start.elapsed());
-        }
-    };
-    let deadline = nubo_core::duration::deadline(Instant::now(), timeout);
-    // A predicted address is checked beside the console: cloud-init's line alone does not
-    // prove the guest answers where nubo says it is.
-    let predicted = probes.predicted_address().is_some();
-    let mut finished: Option<Finished> = None;
-    let mut last_addr_check = Instant::now();
+    drive(
+        Readiness::new(console, offset, target, timeout, start, probes),
+        on_phase,
+    )
+}
+
+/// Steps `r` to its end, sleeping where it says and reporting each phase.
+pub fn drive<P: Probes>(
+    mut r: Readiness<P>,
+    on_phase: &mut dyn FnMut(Phase, Duration),
+) -> Result<Outcome, ReadinessError> {
     loop {
-        if !probes.vmm_alive() {
-            return Err(fail(Failure::VmmExited, seen, None));
+        match r.step() {
+            Step::Phase(p, t) => on_phase(p, t),
+            Step::PollAfter(d) => std::thread::sleep(d),
+            Step::Done(o) => return Ok(o),
+            Step::Failed(e) => return Err(e),
         }
-        reach(Phase::VmmRunning, &mut seen);
-        for line in follower.poll() {
-            match classify(&line) {
-                Some(ConsoleEvent::KernelBooting) => reach(Phase::KernelBooting, &mut seen),
-                Some(ConsoleEvent::CloudInitProblem(p)) => problems.push(p),
-                Some(ConsoleEvent::BootFailed(l)) => {
-                    return Err(fail(Failure::BootFailed, seen, Some(l)));
-                }
-                Some(ConsoleEvent::Finished(f)) => {
-                    if f.datasource == "DataSourceNone" || f.datasource == "None" {
-                        return Err(fail(
-                            Failure::SeedNotRead {
-                                datasource: f.datasource.clone(),
-                            },
-                            seen,
-                            Some(line.trim().to_owned()),
-                        ));
-                    }
-                    reach(Phase::CloudInitFinished, &mut seen);
-                    if !problems.is_empty() {
-                        return Err(fail(
-                            Failure::CloudInitErrors {
-                                datasource: f.datasource.clone(),
-                                problems: problems.clone(),
-                            },
-                            seen,
-                            problems.first().cloned(),
-                        ));
-                    }
-                    if !predicted {
-                        return Ok(Outcome {
-                            reached: Phase::CloudInitFinished,
-                            finished: Some(f),
-                            status_over_ssh: None,
-                            address: None,
-                        });
-                    }
-                    // The address is settled below, now and then on every look.
-                    finished = Some(f);
-                    last_addr_check = Instant::now() - ADDRESS_EVERY;
-                }
-                None => {
-                    if line.contains("cloud-init") || line.contains("Cloud-init") {
-                        cloud_init_on_console = true;
-                    }
-                }
-            }
-        }
-        if last_ssh_check.elapsed() >= Duration::from_secs(2) {
-            last_ssh_check = Instant::now();
-            if seen < Some(Phase::AddressLeased) && probes.leased() {
-                reach(Phase::AddressLeased, &mut seen);
-            }
-            if probes.ssh_banner() {
-                reach(Phase::SshReachable, &mut seen);
-                if target == WaitFor::Ssh && !predicted {
-                    return Ok(Outcome {
-                        reached: Phase::SshReachable,
-                        finished: None,
-                        status_over_ssh: None,
-                        address: None,
-                    });
-                }
-                if target == WaitFor::CloudInit && !cloud_init_on_console && seen < Some(Phase::CloudInitFinished) {
-                    // The console is silent about cloud-init (console= elsewhere): ask the guest.
-                    if let Some(r) = probes.cloud_init_status_over_ssh() {
-                        let text = r.map_err(|e| fail(Failure::CloudInitFailed, seen, Some(e)))?;
-                        reach(Phase::CloudInitFinished, &mut seen);
-                        // The banner came from the guest's address: a predicted one is up.
-                        let address = probes.predicted_address().map(|(a, _)| AddressOutcome::Up {
-                            evidence: format!("SSH banner from {a}:22"),
-                            address: a,
-                        });
-                        return Ok(Outcome {
-                            reached: Phase::CloudInitFinished,
-                            finished: None,
-                            status_over_ssh: Some(text),
-                            address,
-                        });
-                    }
-                }
-            }
-        }
-        let timed_out = Instant::now() >= deadline;
-        if predicted && (timed_out || last_addr_check.elapsed() >= ADDRESS_EVERY) {
-            last_addr_check = Instant::now();
-            if let Some((address, check)) = probes.predicted_address() {
-                let banner = probes.ssh_banner();
-                let step = address_step(target, &address, &check, banner, finished.is_some(), timed_out, timeout);
-                match step {
-                    AddressStep::Done(outcome) => {
-                        return Ok(Outcome {
-                            reached: if finished.is_some() {
-                                Phase::CloudInitFinished
-                            } else {
-                                Phase::SshReachable
-                            },
-                            finished: finished.take(),
-                            status_over_ssh: None,
-                            address: Some(outcome),
-                        })
-                    }
-                    AddressStep::Fail(failure) => return Err(fail(failure, seen, None)),
-                    AddressStep::Wait => {}
-                }
-            }
-        }
-        if timed_out {
-            return Err(fail(
-                Failure::TimedOut {
-                    after_secs: timeout.as_secs(),
-                    target,
-                },
-                seen,
-                None,
-            ));
-        }
-        // Short, so a phase is reported within a few ms of the console line; a poll is one
-        // stat and a read of what was appended.
-        std::thread::sleep(POLL);
     }
 }
 
@@ -999,6 +1188,80 @@ mod tests {
         .unwrap();
 
         assert_eq!(out.reached, Phase::SshReachable);
+    }
+
+    fn stepper(log: &Path, alive: bool) -> Readiness<Fake> {
+        let probes = Fake { alive, ssh: false };
+        Readiness::new(
+            log,
+            0,
+            WaitFor::CloudInit,
+            Duration::from_secs(30),
+            Instant::now(),
+            probes,
+        )
+    }
+
+    #[test]
+    fn readiness_step_each_phase_once_then_done_and_stays_done() {
+        let log = log_with(&["[ 0.0] Linux version 6.1\n", FINISHED]);
+        let mut r = stepper(log.path(), true);
+
+        let steps: Vec<Step> = (0..5).map(|_| r.step()).collect();
+
+        let phases: Vec<Phase> = steps[..3]
+            .iter()
+            .map(|s| match s {
+                Step::Phase(p, _) => *p,
+                other => panic!("not a phase: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            phases,
+            vec![Phase::VmmRunning, Phase::KernelBooting, Phase::CloudInitFinished]
+        );
+        assert!(matches!(&steps[3], Step::Done(o) if o.reached == Phase::CloudInitFinished));
+        assert_eq!(steps[3], steps[4]);
+    }
+
+    #[test]
+    fn readiness_step_nothing_new_asks_to_poll_without_sleeping() {
+        let log = log_with(&[]);
+        let mut r = stepper(log.path(), true);
+        let t = Instant::now();
+
+        let (first, second) = (r.step(), r.step());
+
+        assert!(matches!(first, Step::Phase(Phase::VmmRunning, _)), "{first:?}");
+        assert_eq!(second, Step::PollAfter(POLL));
+        assert!(t.elapsed() < POLL, "step slept: {:?}", t.elapsed());
+        assert_eq!(r.phase(), Some(Phase::VmmRunning));
+    }
+
+    #[test]
+    fn readiness_step_line_appended_between_steps_is_next_phase() {
+        let mut log = log_with(&[]);
+        let mut r = stepper(log.path(), true);
+        r.step();
+        r.step();
+
+        log.write_all(b"Linux version 6.1\n").unwrap();
+
+        assert!(matches!(r.step(), Step::Phase(Phase::KernelBooting, _)));
+    }
+
+    #[test]
+    fn readiness_step_vmm_gone_fails_and_stays_failed() {
+        let log = log_with(&[]);
+        let mut r = stepper(log.path(), false);
+
+        let (first, second) = (r.step(), r.step());
+
+        assert!(
+            matches!(&first, Step::Failed(e) if e.failure == Failure::VmmExited),
+            "{first:?}"
+        );
+        assert_eq!(first, second);
     }
 
     #[test]

@@ -468,15 +468,15 @@ fn wave1_record_migrates_and_starts_through_new_seam() {
 }
 
 #[test]
-fn observe_missing_same_different() {
+fn compare_missing_same_different() {
     let t = fake();
     let s = spec(&t, "web");
-    let missing = t.engine.observe(&s).unwrap();
+    let missing = t.engine.compare(&s).unwrap();
     t.engine.create(&s, &mut quiet()).unwrap();
     let mut changed = s.clone();
     changed.resources.memory = Some(ByteSize(512 << 20));
 
-    let (same, different) = (t.engine.observe(&s).unwrap(), t.engine.observe(&changed).unwrap());
+    let (same, different) = (t.engine.compare(&s).unwrap(), t.engine.compare(&changed).unwrap());
 
     assert_eq!(missing, crate::apply::Observed::Missing);
     assert_eq!(same, crate::apply::Observed::Same);
@@ -508,7 +508,7 @@ fn snapshot(p: &Path) -> Vec<(PathBuf, u32, Vec<u8>)> {
 }
 
 #[test]
-fn dry_run_and_observe_leave_state_roots_byte_identical() {
+fn dry_run_compare_and_observe_leave_state_roots_byte_identical() {
     let t = fake();
     t.engine.create(&spec(&t, "web"), &mut quiet()).unwrap();
     let (root, run) = (t.engine.roots.root.clone(), t.engine.roots.run_dir.clone());
@@ -520,7 +520,9 @@ fn dry_run_and_observe_leave_state_roots_byte_identical() {
 
     t.engine.dry_run(&spec(&t, "api")).unwrap();
     let _ = t.engine.dry_run(&image);
-    t.engine.observe(&spec(&t, "web")).unwrap();
+    t.engine.compare(&spec(&t, "web")).unwrap();
+    t.engine.observe("web").unwrap();
+    t.engine.plan_apply(&spec(&t, "web"), false).unwrap();
     t.engine.check_references(&image).unwrap();
 
     assert_eq!((snapshot(&root), snapshot(&run)), before);

@@ -43,6 +43,8 @@ pub enum VmCmd {
     SshKey,
     /// Print a VM's record as JSON
     Inspect(NameArgs),
+    /// Show a VM's status: conditions (Provisioned, Running, CloudInitDone, SeedCurrent) with reasons
+    Status(StatusArgs),
     /// Show, set or clear the backend new VMs use by default
     DefaultBackend(DefaultBackendArgs),
     /// Snapshots of a VM: disk and memory while it runs, disk only while it is stopped
@@ -258,6 +260,13 @@ pub struct CpArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct LsArgs {
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    pub name: String,
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: Format,
 }

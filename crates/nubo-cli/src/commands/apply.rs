@@ -1,13 +1,15 @@
 //! `nubo apply -f`: converge the VMs manifests describe. Every document is read, lowered,
 //! validated and checked against what it references before anything is made; a VM that exists
 //! with another spec is shown field by field and refused unless `--recreate`. Creates run in
-//! parallel, bounded by the host's CPUs; `--wait` waits for every VM at once. `--dry-run` goes
-//! through `Engine::dry_run`: nothing is written, locked or pulled.
+//! parallel, bounded by the host's CPUs; `--wait` waits for every VM at once. The diff and the
+//! action per VM are the engine's (`Engine::plan_apply`, `Engine::converge`); this file renders
+//! them and adds the CLI's policy. `--dry-run` plans through the same call: nothing is written,
+//! locked or pulled.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use nubo_engine::apply::{host_parallelism, parallel, Observed, References};
+use nubo_engine::apply::{host_parallelism, parallel, Action, References};
 use nubo_engine::{Engine, Event, Plan, WaitFor};
 use nubo_manifest::{Kind, Lowered};
 use serde::Serialize;
@@ -18,17 +20,6 @@ use crate::settings::Settings;
 
 /// `vm create --wait`'s default, for a manifest without `bootTimeout`.
 const DEFAULT_BOOT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// What apply does (or, in a dry run, would do) with one document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Action {
-    Create,
-    /// An interrupted create of that name: creating again converges.
-    Resume,
-    Unchanged,
-    Recreate,
-}
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -139,28 +130,18 @@ pub fn run(a: &ApplyArgs, settings: &Settings) -> anyhow::Result<()> {
 /// Observes and (for a dry run) plans one document; an error is a finished message.
 fn report(l: &Lowered, refs: References, engine: &Engine) -> Result<Report, String> {
     let err = |e| super::manifest::engine_error_line(l, e);
-    let (action, differences) = match engine.observe(&l.spec).map_err(err)? {
-        Observed::Missing => (Action::Create, Vec::new()),
-        Observed::Interrupted => (Action::Resume, Vec::new()),
-        Observed::Same => (Action::Unchanged, Vec::new()),
-        Observed::Different(d) => (Action::Recreate, d),
-    };
     // Planned through the engine's own path minus writes: capabilities, backend checks and
-    // admission are refused here, before anything of any VM is made.
-    // An unchanged VM is not planned again: it keeps what it was made with, backend included.
-    let plan = if refs.pull_first || action == Action::Unchanged {
-        None
-    } else {
-        Some(engine.dry_run(&l.spec).map_err(err)?)
-    };
-    let (backend, backend_reason) = match &plan {
-        Some(p) => (Some(p.backend.to_owned()), Some(reason(l, p))),
-        None if action == Action::Unchanged => {
-            let b = engine.load(l.spec.name.as_str()).map_err(err)?.backend;
+    // admission are refused here, before anything of any VM is made. An unchanged VM is not
+    // planned again: it keeps what it was made with, backend included.
+    let p = engine.plan_apply(&l.spec, refs.pull_first).map_err(err)?;
+    let (action, differences, plan) = (p.action, p.differences, p.plan);
+    let (backend, backend_reason) = match (&plan, p.recorded_backend) {
+        (Some(p), _) => (Some(p.backend.to_owned()), Some(reason(l, p))),
+        (None, Some(b)) => {
             let why = format!("backend {b} (recorded for the existing VM, which keeps it)");
             (Some(b), Some(why))
         }
-        None => (None, None),
+        (None, None) => (None, None),
     };
     Ok(Report {
         file: l.doc.file.clone(),
@@ -203,16 +184,8 @@ fn converge(l: &Lowered, action: Action, engine: &Engine) -> Result<String, Stri
         }
     };
     let err = |e| super::manifest::engine_error_line(l, e);
-    if action == Action::Recreate {
-        engine.remove(&name, true, &mut events).map_err(err)?;
-    }
-    let created = engine.create(&l.spec, &mut events).map_err(err)?;
-    Ok(match (action, created.existed) {
-        (Action::Recreate, _) => "recreated",
-        (_, true) => "unchanged",
-        _ => "created",
-    }
-    .to_owned())
+    let done = engine.converge(&l.spec, action, &mut events).map_err(err)?;
+    Ok(done.as_str().to_owned())
 }
 
 fn wait(l: &Lowered, engine: &Engine, t0: Instant) -> Result<String, String> {

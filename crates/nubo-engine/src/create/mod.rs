@@ -412,6 +412,7 @@ impl Engine {
             notes: Vec::new(),
             snapshots: Vec::new(),
             current_snapshot: None,
+            seed_inputs: Some(crate::observe::seed_inputs_digest(spec)),
         };
         // The record comes first: from here on, an interrupted create is found and converged.
         // It need not be durable yet: after a power loss there is no VMM to converge.

@@ -78,6 +78,11 @@ pub struct VmRecord {
     /// restored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_snapshot: Option<String>,
+    /// `sha256:<hex>` of the spec's seed inputs at create ([`crate::observe::seed_inputs_digest`]),
+    /// so `observe` can say whether the seed is still what the spec asks. Absent in records
+    /// written before it (still schema 2: older nubos ignore the field), which observe as unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_inputs: Option<String>,
 }
 
 /// One snapshot as nubo recorded it.

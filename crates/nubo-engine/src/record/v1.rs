@@ -266,6 +266,7 @@ pub fn migrate(v: serde_json::Value) -> Result<VmRecord, String> {
             .collect(),
         snapshots: Vec::new(),
         current_snapshot: None,
+        seed_inputs: None,
     })
 }
 

@@ -3,7 +3,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use nubo_core::VmName;
-use nubo_engine::{Engine, EngineError, WaitFor};
+use nubo_engine::{Engine, EngineError, Event, Step, WaitFor};
 use nubo_spec::{CloudInitSpec, DiskSource, Field, Firmware, KernelBoot, Machine, Network, Payload, VmSpec};
 
 use super::print_event;
@@ -42,7 +42,17 @@ pub fn run(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Resu
         } else {
             WaitFor::Ssh
         };
-        let out = engine.wait(&rec.name, target, a.boot_timeout, t0, &mut print_event)?;
+        // The engine's readiness state machine, stepped here: a phase is printed as it is
+        // reached, and the CLI (not the engine) sleeps between looks.
+        let mut ready = engine.readiness(&rec.name, target, a.boot_timeout, t0)?;
+        let out = loop {
+            match ready.step() {
+                Step::Phase(p, t) => print_event(Event::Phase(p, t)),
+                Step::PollAfter(d) => std::thread::sleep(d),
+                Step::Done(out) => break out,
+                Step::Failed(e) => return Err(EngineError::from(e).into()),
+            }
+        };
         if let Some(f) = out.finished {
             eprintln!(
                 "vm `{}` is ready: cloud-init {} finished, datasource {} [seed={}]",

@@ -10,6 +10,7 @@ mod ls;
 mod mount;
 mod snapshot;
 mod ssh;
+mod status;
 
 use std::time::Duration;
 
@@ -45,6 +46,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Ip(a) => ssh::ip(&a, &engine),
         VmCmd::SshKey => ssh::key(&engine),
         VmCmd::Inspect(a) => inspect::run(&a.name, &engine),
+        VmCmd::Status(a) => status::run(&a, &engine),
         VmCmd::DefaultBackend(a) => lifecycle::default_backend(&a, &engine),
         VmCmd::Snapshot(c) => snapshot::run(c, &engine),
         VmCmd::Mount(a) => mount::mount(&a, &engine),
