@@ -38,9 +38,9 @@ pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
 /// Makes the pair under temporary names and renames the public half, then the private one,
 /// into place, so an interrupted run never leaves a private key without its public half.
 fn generate(key: &Path, public: &Path, dir: &Path) -> Result<(), EngineError> {
-    let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let _ = fs::remove_file(tmp.with_extension(format!("tmp{}.pub", std::process::id())));
+    // Unique per writer (not per pid): ssh-keygen asks before overwriting, and a daemon's
+    // threads share one pid.
+    let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", nubo_core::atomic::unique_tag()));
     let out = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "nubo", "-f"])
         .arg(&tmp)

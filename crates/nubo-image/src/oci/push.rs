@@ -165,7 +165,7 @@ fn pack(store: &ImageStore, record: &ImageRecord, progress: &mut dyn FnMut(PullE
     let hex = crate::store::digest_hex(&record.digest)?;
     let path = store
         .tmp_dir()
-        .join(format!("push-{}-{}.zst.part", &hex[..16], std::process::id()));
+        .join(format!("push-{}-{}.zst.part", &hex[..16], nubo_core::atomic::unique_tag()));
     progress(PullEvent::Note(format!(
         "compressing the disk ({} bytes) with zstd",
         record.size
