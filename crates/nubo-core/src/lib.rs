@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod atomic;
+pub mod cancel;
 pub mod duration;
 pub mod error;
 pub mod file;
@@ -15,6 +16,7 @@ pub mod roots;
 pub mod size;
 pub mod state;
 
+pub use cancel::{Cancel, Deadline};
 pub use atomic::{write_atomic, write_atomic_unsynced, write_json_atomic, write_json_atomic_unsynced};
 pub use error::ErrorKind;
 pub use file::FileError;

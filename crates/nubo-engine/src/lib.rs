@@ -76,6 +76,10 @@ pub struct Engine {
     pub fetcher: Option<Box<dyn ImageFetcher>>,
     /// How long a command waits for another command on the same VM ([`LOCK_WAIT`]).
     pub lock_wait: Duration,
+    /// Ends the engine's waits (for a VM's lock, ...) early when cancelled: a daemon trips it
+    /// at shutdown. The CLI's is never cancelled (Ctrl-C ends the process and the kernel
+    /// releases its locks).
+    pub cancel: nubo_core::Cancel,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -104,6 +108,7 @@ impl Engine {
             env_backend,
             fetcher: None,
             lock_wait: LOCK_WAIT,
+            cancel: nubo_core::Cancel::new(),
         }
     }
 
@@ -112,8 +117,11 @@ impl Engine {
         self
     }
 
-    pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
-        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, self.lock_wait)
+    /// The VM's lock for the verb `op`, waiting up to [`Engine::lock_wait`] for another
+    /// command on it, or until [`Engine::cancel`].
+    pub(crate) fn lock(&self, name: &str, op: &'static str) -> Result<lock::VmLock, EngineError> {
+        let deadline = nubo_core::Deadline::after(self.lock_wait);
+        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, op, deadline, &self.cancel)
     }
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {

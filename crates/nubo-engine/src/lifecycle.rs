@@ -83,9 +83,13 @@ impl Engine {
 
     /// The lock of an existing VM: a command on a VM that does not exist is refused before
     /// it makes a lock file.
-    pub(crate) fn lock_existing(&self, name: &str) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
+    pub(crate) fn lock_existing(
+        &self,
+        name: &str,
+        op: &'static str,
+    ) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
         self.created(name)?;
-        let lock = self.lock(name)?;
+        let lock = self.lock(name, op)?;
         // Re-read under the lock: another command may have changed or removed it meanwhile.
         let rec = self.created(name)?;
         Ok((lock, rec))
@@ -94,7 +98,7 @@ impl Engine {
     /// Starts a stopped VM with its existing seed (never rewritten). Starting a running VM is
     /// a no-op that says so.
     pub fn start(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<VmRecord, EngineError> {
-        let (_lock, mut rec) = self.lock_existing(name)?;
+        let (_lock, mut rec) = self.lock_existing(name, "start")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let state = backend.state(&rec.vm_ref(&dir))?;
@@ -115,7 +119,7 @@ impl Engine {
         timeout: Duration,
         events: &mut dyn FnMut(Event),
     ) -> Result<(), EngineError> {
-        let (_lock, rec) = self.lock_existing(name)?;
+        let (_lock, rec) = self.lock_existing(name, "stop")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let vm = rec.vm_ref(&dir);
@@ -159,7 +163,8 @@ impl Engine {
     }
 
     fn pause_or_resume(&self, name: &str, verb: Verb, events: &mut dyn FnMut(Event)) -> Result<(), EngineError> {
-        let (_lock, rec) = self.lock_existing(name)?;
+        let op = if verb == Verb::Pause { "pause" } else { "resume" };
+        let (_lock, rec) = self.lock_existing(name, op)?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let vm = rec.vm_ref(&dir);
@@ -206,7 +211,7 @@ impl Engine {
         if !dir.exists() {
             return Ok(false);
         }
-        let lock = self.lock(name)?;
+        let lock = self.lock(name, "rm")?;
         let rec = match record::load(&dir) {
             Ok(r) => r,
             Err(EngineError::Corrupt { .. }) if force => None,

@@ -274,7 +274,7 @@ impl Engine {
             }
             _ => None,
         };
-        let lock = self.lock(&name)?;
+        let lock = self.lock(&name, "create")?;
         let dir = self.roots.vm_dir(&name);
         match record::load(&dir)? {
             Some(rec) if rec.phase == Phase::Created => {
