@@ -12,8 +12,8 @@ pub enum EngineError {
     #[error("vm `{name}` is busy: {holder}; wait for that command to finish and retry")]
     Busy { name: String, holder: String },
     /// The caller's cancellation token was cancelled while the engine waited.
-    #[error("vm `{name}`: cancelled while {what}: nothing more was done; run the command again")]
-    Cancelled { name: String, what: String },
+    #[error("cancelled while {what}: nothing more was done; run the command again")]
+    Cancelled { what: String },
     #[error("vm `{name}` is {state}: {fix}")]
     InvalidState { name: String, state: String, fix: String },
     /// The spec is invalid; each problem names its field path.

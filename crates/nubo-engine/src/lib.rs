@@ -144,18 +144,9 @@ impl Engine {
     /// Sets (`Some`) or clears (`None`) the default backend for new VMs; the name must be known.
     pub fn set_default_backend(&self, name: Option<&str>) -> Result<Option<&'static str>, EngineError> {
         let id = name.map(|n| self.registry.resolve(n).map(|b| b.id())).transpose()?;
-        let mut s = match self.settings() {
-            Ok(s) => s,
-            // Setting or clearing the default replaces a corrupt file (its other settings are
-            // lost with it: they could not be read anyway).
-            Err(EngineError::CorruptSettings { .. }) => StoredSettings::default(),
-            Err(e) => return Err(e),
-        };
-        s.default_backend = id.map(str::to_owned);
-        let path = self.roots.config_file();
-        nubo_core::fsmode::create_dir_all(&self.roots.root, nubo_core::fsmode::DIR)
-            .map_err(EngineError::io("", format!("creating {}", self.roots.root.display())))?;
-        nubo_core::write_json_atomic(&path, &s).map_err(EngineError::io("", format!("writing {}", path.display())))?;
+        // Setting or clearing the default replaces a corrupt file (its other settings are
+        // lost with it: they could not be read anyway).
+        self.update_settings(true, |s| s.default_backend = id.map(str::to_owned))?;
         Ok(id)
     }
 }

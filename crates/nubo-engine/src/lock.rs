@@ -92,29 +92,18 @@ impl VmLock {
         nubo_core::fsmode::create_dir_all(locks_dir, nubo_core::fsmode::DIR)
             .map_err(EngineError::io(name, format!("creating {}", locks_dir.display())))?;
         let path = locks_dir.join(format!("{name}.lock"));
-        let held = hold_in_process(&path, name, op, deadline, cancel)?;
-        loop {
-            match lock_file(&path, name, op)? {
-                Ok(lock) => {
-                    return Ok(VmLock {
-                        _lock: lock,
-                        _held: held,
-                        path,
-                    })
-                }
-                Err(holder) => {
-                    if cancel.is_cancelled() {
-                        return Err(cancelled(name, op));
-                    }
-                    if deadline.passed() {
-                        return Err(EngineError::Busy {
-                            name: name.to_owned(),
-                            holder,
-                        });
-                    }
-                    std::thread::sleep(deadline.slice(POLL));
-                }
-            }
+        match take(&path, op, deadline, cancel) {
+            Ok((lock, held)) => Ok(VmLock {
+                _lock: lock,
+                _held: held,
+                path,
+            }),
+            Err(Wait::Busy(holder)) => Err(EngineError::Busy {
+                name: name.to_owned(),
+                holder,
+            }),
+            Err(Wait::Cancelled) => Err(cancelled(name, op)),
+            Err(Wait::Io(e)) => Err(EngineError::io(name, format!("opening {}", path.display()))(e)),
         }
     }
 
@@ -126,31 +115,78 @@ impl VmLock {
 
 fn cancelled(name: &str, op: &str) -> EngineError {
     EngineError::Cancelled {
-        name: name.to_owned(),
-        what: format!("waiting to `{op}` it"),
+        what: format!("waiting to `{op}` vm `{name}`"),
+    }
+}
+
+/// An exclusive lock on a file several commands read, change and write back (settings.json):
+/// the same two layers as [`VmLock`]. Its lock file stays (it is tiny, and removing a lock
+/// file another process may be waiting on would let two holders in).
+pub struct FileLock {
+    _lock: Flock<File>,
+    _held: Held,
+}
+
+impl FileLock {
+    /// Takes the lock file `path` for `op`, waiting until `deadline` or `cancel`; `what`
+    /// names the guarded object in errors ("nubo's settings").
+    pub fn acquire(
+        path: &Path,
+        what: &str,
+        op: &'static str,
+        deadline: Deadline,
+        cancel: &Cancel,
+    ) -> Result<FileLock, EngineError> {
+        match take(path, op, deadline, cancel) {
+            Ok((lock, held)) => Ok(FileLock {
+                _lock: lock,
+                _held: held,
+            }),
+            Err(Wait::Busy(holder)) => Err(EngineError::Unavailable {
+                what: format!("changing {what} ({holder})"),
+                fix: format!("wait for that command to finish and retry; if none runs, delete {}", path.display()),
+            }),
+            Err(Wait::Cancelled) => Err(EngineError::Cancelled {
+                what: format!("waiting to change {what}"),
+            }),
+            Err(Wait::Io(e)) => Err(EngineError::io("", format!("opening {}", path.display()))(e)),
+        }
+    }
+}
+
+/// Why a wait for a lock ended without it.
+enum Wait {
+    /// Still held at the deadline, by this holder.
+    Busy(String),
+    Cancelled,
+    Io(std::io::Error),
+}
+
+/// Both layers of the lock on `path`, in order: this process's slot, then the flock.
+fn take(path: &Path, op: &'static str, deadline: Deadline, cancel: &Cancel) -> Result<(Flock<File>, Held), Wait> {
+    let held = hold_in_process(path, op, deadline, cancel)?;
+    loop {
+        match lock_file(path, op).map_err(Wait::Io)? {
+            Ok(lock) => return Ok((lock, held)),
+            Err(_) if cancel.is_cancelled() => return Err(Wait::Cancelled),
+            Err(holder) if deadline.passed() => return Err(Wait::Busy(holder)),
+            // Another process holds it: flock has no timed wait, so poll.
+            Err(_) => std::thread::sleep(deadline.slice(POLL)),
+        }
     }
 }
 
 /// Waits (on the condition variable: no polling) until no other thread of this process holds
 /// `path`, then marks it held by `op`.
-fn hold_in_process(
-    path: &Path,
-    name: &str,
-    op: &'static str,
-    deadline: Deadline,
-    cancel: &Cancel,
-) -> Result<Held, EngineError> {
+fn hold_in_process(path: &Path, op: &'static str, deadline: Deadline, cancel: &Cancel) -> Result<Held, Wait> {
     let slot = slot_for(path);
     let mut holder = slot.holder.lock().unwrap_or_else(|p| p.into_inner());
     while let Some(by) = *holder {
         if cancel.is_cancelled() {
-            return Err(cancelled(name, op));
+            return Err(Wait::Cancelled);
         }
         if deadline.passed() {
-            return Err(EngineError::Busy {
-                name: name.to_owned(),
-                holder: format!("`{by}` holds it in this process"),
-            });
+            return Err(Wait::Busy(format!("`{by}` holds it in this process")));
         }
         // Woken by a release; the slice only bounds how late a cancellation is seen.
         holder = slot
@@ -165,9 +201,8 @@ fn hold_in_process(
 }
 
 /// One non-blocking try of the file lock: the lock, or the holder another process wrote.
-fn lock_file(path: &Path, name: &str, op: &str) -> Result<Result<Flock<File>, String>, EngineError> {
-    let file =
-        nubo_core::fsmode::open_lock(path).map_err(EngineError::io(name, format!("opening {}", path.display())))?;
+fn lock_file(path: &Path, op: &str) -> std::io::Result<Result<Flock<File>, String>> {
+    let file = nubo_core::fsmode::open_lock(path)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(mut lock) => {
             let _ = lock.set_len(0);
@@ -177,7 +212,7 @@ fn lock_file(path: &Path, name: &str, op: &str) -> Result<Result<Flock<File>, St
         }
         Err((mut file, _)) => {
             let mut text = String::new();
-            // The file is ours (0600, run directory), but bound the read all the same.
+            // The file is ours (0600), but bound the read all the same.
             let _ = (&mut file).take(256).read_to_string(&mut text);
             Ok(Err(describe_holder(&text)))
         }
