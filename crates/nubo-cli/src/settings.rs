@@ -36,6 +36,8 @@ pub struct Settings {
     /// (catalog, URL, registry), as `image pull --ca-cert` is for its own. Empty from the
     /// environment; set by the command.
     pub extra_ca: Vec<PathBuf>,
+    /// `PATH` and `NUBO_HYPERVISOR_FW`, for the backends and host probes (read here, once).
+    pub host: nubo_backend::HostEnv,
 }
 
 impl Settings {
@@ -77,6 +79,7 @@ impl Settings {
             foreign_auth_files,
             home: env.home.clone(),
             extra_ca: Vec::new(),
+            host: nubo_backend::HostEnv::from_process(),
         })
     }
 }
