@@ -91,8 +91,16 @@ impl Engine {
         self.created(name)?;
         let lock = self.lock(name, op)?;
         // Re-read under the lock: another command may have changed or removed it meanwhile.
-        let rec = self.created(name)?;
-        Ok((lock, rec))
+        match self.created(name) {
+            Ok(rec) => Ok((lock, rec)),
+            Err(e) => {
+                // Removed while this command waited: the wait re-made its lock file.
+                if matches!(e, EngineError::NotFound(_)) {
+                    lock.remove();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Starts a stopped VM with its existing seed (never rewritten). Starting a running VM is
