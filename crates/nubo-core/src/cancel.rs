@@ -84,7 +84,10 @@ mod tests {
     #[test]
     fn deadline_never_does_not_pass() {
         assert!(!Deadline::NEVER.passed());
-        assert_eq!(Deadline::NEVER.slice(Duration::from_millis(50)), Duration::from_millis(50));
+        assert_eq!(
+            Deadline::NEVER.slice(Duration::from_millis(50)),
+            Duration::from_millis(50)
+        );
     }
 
     #[test]

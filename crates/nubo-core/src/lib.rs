@@ -16,8 +16,8 @@ pub mod roots;
 pub mod size;
 pub mod state;
 
-pub use cancel::{Cancel, Deadline};
 pub use atomic::{write_atomic, write_atomic_unsynced, write_json_atomic, write_json_atomic_unsynced};
+pub use cancel::{Cancel, Deadline};
 pub use error::ErrorKind;
 pub use file::FileError;
 pub use hex::hex;

@@ -144,7 +144,10 @@ impl FileLock {
             }),
             Err(Wait::Busy(holder)) => Err(EngineError::Unavailable {
                 what: format!("changing {what} ({holder})"),
-                fix: format!("wait for that command to finish and retry; if none runs, delete {}", path.display()),
+                fix: format!(
+                    "wait for that command to finish and retry; if none runs, delete {}",
+                    path.display()
+                ),
             }),
             Err(Wait::Cancelled) => Err(EngineError::Cancelled {
                 what: format!("waiting to change {what}"),
@@ -223,11 +226,12 @@ fn lock_file(path: &Path, op: &str) -> std::io::Result<Result<Flock<File>, Strin
 /// nubo too).
 fn describe_holder(text: &str) -> String {
     let mut parts = text.trim().splitn(2, ' ');
-    let pid = parts.next().filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-    let op = parts
+    let pid = parts
         .next()
-        .map(str::trim)
-        .filter(|o| !o.is_empty() && o.len() <= 32 && o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b' '));
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let op = parts.next().map(str::trim).filter(|o| {
+        !o.is_empty() && o.len() <= 32 && o.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b' ')
+    });
     match (pid, op) {
         (Some(pid), Some(op)) => format!("held by pid {pid} (`{op}`)"),
         (Some(pid), None) => format!("held by pid {pid}"),
@@ -260,7 +264,10 @@ mod tests {
     #[test]
     fn describe_holder_pid_and_operation_names_both() {
         assert_eq!(describe_holder("42 start"), "held by pid 42 (`start`)");
-        assert_eq!(describe_holder("42 snapshot create"), "held by pid 42 (`snapshot create`)");
+        assert_eq!(
+            describe_holder("42 snapshot create"),
+            "held by pid 42 (`snapshot create`)"
+        );
         assert_eq!(describe_holder("42"), "held by pid 42");
         assert_eq!(describe_holder("\x1b[2J rm"), "held by another process");
         assert_eq!(describe_holder("42 \x1b[2J"), "held by pid 42");
@@ -275,15 +282,17 @@ mod tests {
         let mut other = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
         write!(other, "4242 snapshot").unwrap();
 
-        let err = VmLock::acquire(dir.path(), "web", "rm", within(Duration::from_millis(100)), &Cancel::new())
-            .err()
-            .unwrap();
+        let err = VmLock::acquire(
+            dir.path(),
+            "web",
+            "rm",
+            within(Duration::from_millis(100)),
+            &Cancel::new(),
+        )
+        .err()
+        .unwrap();
 
-        assert!(
-            err.to_string()
-                .contains("held by pid 4242 (`snapshot`)"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("held by pid 4242 (`snapshot`)"), "{err}");
     }
 
     #[test]
@@ -295,7 +304,13 @@ mod tests {
             drop(first);
         });
 
-        let second = VmLock::acquire(dir.path(), "web", "start", within(Duration::from_secs(5)), &Cancel::new());
+        let second = VmLock::acquire(
+            dir.path(),
+            "web",
+            "start",
+            within(Duration::from_secs(5)),
+            &Cancel::new(),
+        );
 
         releaser.join().unwrap();
         assert!(second.is_ok());
@@ -306,9 +321,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let _first = VmLock::try_acquire(dir.path(), "web", "create").unwrap();
 
-        let err = VmLock::acquire(dir.path(), "web", "start", within(Duration::from_millis(100)), &Cancel::new())
-            .err()
-            .unwrap();
+        let err = VmLock::acquire(
+            dir.path(),
+            "web",
+            "start",
+            within(Duration::from_millis(100)),
+            &Cancel::new(),
+        )
+        .err()
+        .unwrap();
 
         assert!(matches!(err, EngineError::Busy { .. }), "{err}");
     }

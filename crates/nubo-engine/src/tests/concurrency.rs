@@ -64,7 +64,9 @@ fn engine_sixteen_threads_interleaved_no_lost_record_no_double_vmm_no_stray_file
                     }
                     t.engine.create(&spec(t, &own), &mut quiet()).unwrap();
                     if round % 2 == 0 {
-                        t.engine.stop(&own, false, Duration::from_secs(1), &mut quiet()).unwrap();
+                        t.engine
+                            .stop(&own, false, Duration::from_secs(1), &mut quiet())
+                            .unwrap();
                         t.engine.start(&own, &mut quiet()).unwrap();
                     }
                     if round + 1 < ROUNDS {
