@@ -53,7 +53,7 @@ fn vmms(run_dir: &Path, name: &str) -> usize {
                 .split(|&b| b == 0)
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            args.iter().any(|a| *a == marker) && args.iter().any(|a| a.contains(&run))
+            args.contains(&marker) && args.iter().any(|a| a.contains(&run))
         })
         .filter_map(|pid| Some((pid, parent_of(pid)?)))
         .collect();
