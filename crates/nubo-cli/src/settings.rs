@@ -41,6 +41,17 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The mirrors and TLS trust every pull of this command shares.
+    pub fn pull_config(&self) -> nubo_image::PullConfig {
+        nubo_image::PullConfig {
+            mirrors: self.mirrors.clone(),
+            tls: nubo_image::TlsSettings {
+                ca_bundle: self.ssl_cert_file.clone(),
+                extra_ca: self.extra_ca.clone(),
+            },
+        }
+    }
+
     pub fn from_env(_cli: &Cli) -> anyhow::Result<Settings> {
         let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
         let env = RootEnv {

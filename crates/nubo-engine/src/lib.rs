@@ -9,6 +9,7 @@ pub mod copy;
 pub mod create;
 pub mod default_image;
 pub mod error;
+pub mod fetch;
 pub mod host;
 pub mod lifecycle;
 pub mod lock;
