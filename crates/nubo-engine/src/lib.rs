@@ -125,6 +125,13 @@ impl Engine {
         lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, op, deadline, &self.cancel)
     }
 
+    /// nubo's SSH key pair ([`ssh::ensure_key`]), made once, waiting for another maker up to
+    /// [`Engine::lock_wait`] or until [`Engine::cancel`].
+    pub fn nubo_key(&self) -> Result<(std::path::PathBuf, String), EngineError> {
+        let deadline = nubo_core::Deadline::after(self.lock_wait);
+        ssh::ensure_key_within(&self.roots.ssh_dir(), deadline, &self.cancel)
+    }
+
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {
         let path = self.roots.config_file();
         let corrupt = |detail: String| EngineError::CorruptSettings {

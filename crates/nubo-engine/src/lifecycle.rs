@@ -424,7 +424,7 @@ impl Engine {
             state: "without an SSH endpoint".into(),
             fix: "recreate it with networking to use `nubo vm ssh`".into(),
         })?;
-        let (key, _) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        let (key, _) = self.nubo_key()?;
         let known_hosts = self.roots.vm_dir(name).join("known_hosts");
         crate::ssh::argv(&key, &known_hosts, &rec.uuid, &rec.ssh.user, addr, command)
     }
