@@ -207,6 +207,9 @@ fn hold_in_process(path: &Path, op: &'static str, deadline: Deadline, cancel: &C
 fn lock_file(path: &Path, op: &str) -> std::io::Result<Result<Flock<File>, String>> {
     let file = nubo_core::fsmode::open_lock(path)?;
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        // Its holder removed the file (`VmLock::remove`) between our open and our flock: the
+        // lock is on a name nobody else will open again, so it excludes no one. Try afresh.
+        Ok(lock) if !still_at(&lock, path) => Ok(Err("its previous holder is removing it".to_owned())),
         Ok(mut lock) => {
             let _ = lock.set_len(0);
             let _ = lock.seek(SeekFrom::Start(0));
@@ -219,6 +222,15 @@ fn lock_file(path: &Path, op: &str) -> std::io::Result<Result<Flock<File>, Strin
             let _ = (&mut file).take(256).read_to_string(&mut text);
             Ok(Err(describe_holder(&text)))
         }
+    }
+}
+
+/// Whether the open file `lock` is still the one at `path` (same device and inode).
+fn still_at(lock: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (lock.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -378,6 +390,19 @@ mod tests {
         });
 
         assert_eq!(most.into_inner(), 1);
+    }
+
+    #[test]
+    fn lock_file_removed_before_flock_is_not_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.lock");
+        let stale = nubo_core::fsmode::open_lock(&path).unwrap();
+        fs::remove_file(&path).unwrap();
+        // A lock on the removed file would exclude no one who opens the name afresh.
+        let lock = Flock::lock(stale, FlockArg::LockExclusiveNonblock).unwrap();
+
+        assert!(!still_at(&lock, &path));
+        assert!(VmLock::try_acquire(dir.path(), "web", "start").is_ok());
     }
 
     #[test]
