@@ -43,6 +43,11 @@ pub struct FakeBackend {
     pub launch_now: Arc<Mutex<Option<Result<String, String>>>>,
     /// The disk of every machine handed to `boot` or `snapshot_restore`, in order.
     pub handed: Arc<Mutex<Vec<crate::spec::Disk>>>,
+    /// Every booted VM's name, by UUID.
+    pub names: Arc<Mutex<HashMap<String, String>>>,
+    /// By VM name, the most VMs of that name ever active at once, counted at each boot: more
+    /// than one is a double VMM.
+    pub most_active: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl FakeBackend {
@@ -67,7 +72,24 @@ impl FakeBackend {
             stored_disk: Arc::new(Mutex::new(None)),
             launch_now: Arc::new(Mutex::new(None)),
             handed: Arc::new(Mutex::new(Vec::new())),
+            names: Arc::new(Mutex::new(HashMap::new())),
+            most_active: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// Notes a boot of `uuid` as `name`, and how many VMs of that name are now active.
+    fn count_launch(&self, name: &str, uuid: &str) {
+        let mut names = self.names.lock().expect("not poisoned");
+        names.insert(uuid.to_owned(), name.to_owned());
+        let vms = self.vms.lock().expect("not poisoned");
+        let active = names
+            .iter()
+            .filter(|(u, n)| *n == name && vms.get(*u).is_some_and(|s| s.is_active()))
+            .count();
+        drop(vms);
+        let mut most = self.most_active.lock().expect("not poisoned");
+        let m = most.entry(name.to_owned()).or_insert(0);
+        *m = (*m).max(active);
     }
 
     /// A backend that assigns `uuid` and stores the seed itself (libvirt's flow).
@@ -250,6 +272,7 @@ impl Backend for FakeBackend {
             });
         }
         self.set(&spec.uuid, VmState::Running);
+        self.count_launch(&spec.name, &spec.uuid);
         let boots = state["boots"].as_u64().unwrap_or(0) + 1;
         state["boots"] = boots.into();
         Ok(BootInfo {

@@ -14,6 +14,7 @@ pub mod chain;
 pub mod cloud_hypervisor;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod host_env;
 pub mod libvirt;
 pub mod ports;
 pub mod process;
@@ -29,6 +30,7 @@ use std::time::Duration;
 use nubo_core::{ErrorKind, VmState};
 use serde::{Deserialize, Serialize};
 
+pub use host_env::HostEnv;
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
 pub use spec::{
     mount_tag, Boot, Disk, Firmware, MachineKind, MachineSpec, MountTransport, NetworkMode, SeedDevice, SeedFormat,
@@ -41,11 +43,17 @@ pub fn builtin_registry() -> Registry {
 }
 
 /// Every built-in backend; `libvirt_uri` (`NUBO_LIBVIRT_URI`, read by the binary) replaces
-/// libvirt's default URI (`qemu:///system` for root, `qemu:///session` otherwise).
+/// libvirt's default URI (`qemu:///system` for root, `qemu:///session` otherwise). The host
+/// environment is this process's, read now: a daemon uses [`builtin_registry_for`].
 pub fn builtin_registry_with(libvirt_uri: Option<nubo_spec::ConnectUri>) -> Registry {
+    builtin_registry_for(libvirt_uri, &HostEnv::from_process())
+}
+
+/// [`builtin_registry_with`] over the host environment `host`, read by the caller.
+pub fn builtin_registry_for(libvirt_uri: Option<nubo_spec::ConnectUri>, host: &HostEnv) -> Registry {
     Registry::new(vec![
-        Box::new(qemu::QemuBackend::default()),
-        Box::new(cloud_hypervisor::CloudHypervisorBackend::default()),
+        Box::new(qemu::QemuBackend::with_host(host.clone())),
+        Box::new(cloud_hypervisor::CloudHypervisorBackend::with_host(host.clone())),
         Box::new(libvirt::LibvirtBackend::new(libvirt_uri)),
     ])
 }

@@ -55,10 +55,15 @@ pub struct Host {
 }
 
 impl Host {
-    /// Probes tools, GRUB's files and privileges; every missing thing is reported at once.
+    /// [`Host::probe_in`] this process's `$PATH`, read now.
     pub fn probe() -> Result<Host, BootstrapError> {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        let mut dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+        Host::probe_in(std::env::var_os("PATH").as_deref())
+    }
+
+    /// Probes tools (on `path`, then the sbin directories), GRUB's files and privileges;
+    /// every missing thing is reported at once.
+    pub fn probe_in(path: Option<&std::ffi::OsStr>) -> Result<Host, BootstrapError> {
+        let mut dirs: Vec<PathBuf> = path.map(|p| std::env::split_paths(p).collect()).unwrap_or_default();
         dirs.extend(SBIN.iter().map(PathBuf::from));
         let mut tools = Vec::new();
         let mut missing = Vec::new();

@@ -36,9 +36,22 @@ pub struct Settings {
     /// (catalog, URL, registry), as `image pull --ca-cert` is for its own. Empty from the
     /// environment; set by the command.
     pub extra_ca: Vec<PathBuf>,
+    /// `PATH` and `NUBO_HYPERVISOR_FW`, for the backends and host probes (read here, once).
+    pub host: nubo_backend::HostEnv,
 }
 
 impl Settings {
+    /// The mirrors and TLS trust every pull of this command shares.
+    pub fn pull_config(&self) -> nubo_image::PullConfig {
+        nubo_image::PullConfig {
+            mirrors: self.mirrors.clone(),
+            tls: nubo_image::TlsSettings {
+                ca_bundle: self.ssl_cert_file.clone(),
+                extra_ca: self.extra_ca.clone(),
+            },
+        }
+    }
+
     pub fn from_env(_cli: &Cli) -> anyhow::Result<Settings> {
         let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
         let env = RootEnv {
@@ -77,6 +90,7 @@ impl Settings {
             foreign_auth_files,
             home: env.home.clone(),
             extra_ca: Vec::new(),
+            host: nubo_backend::HostEnv::from_process(),
         })
     }
 }

@@ -3,11 +3,21 @@
 //! Records get [`fsmode::RECORD`] (0644) whatever the umask; [`write_atomic_with_mode`] gives
 //! another mode.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::fsmode;
+
+/// A tag no other writer uses: `<pid>.<n>`, `n` a process-wide counter. The pid alone is not
+/// enough once one process (a daemon) has several threads writing the same file; the counter
+/// alone is not enough across processes. Temp files carrying it are still created with
+/// `O_EXCL`, so a stale one left by a killed writer of a recycled pid refuses, never clobbers.
+pub fn unique_tag() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{}.{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
 
 /// Replaces `path` with `data` atomically. The temp file lives beside `path` so the rename never
 /// crosses a filesystem; it is removed if any step fails.
@@ -37,11 +47,11 @@ fn replace(path: &Path, data: &[u8], durable: bool, mode: u32) -> io::Result<()>
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(file_name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    tmp_name.push(format!(".tmp.{}", unique_tag()));
     let tmp = dir.join(tmp_name);
 
     let result = (|| {
-        let mut f = fsmode::open(OpenOptions::new().write(true).create(true).truncate(true), &tmp, mode)?;
+        let mut f = fsmode::create_new(&tmp, mode)?;
         f.write_all(data)?;
         if durable {
             f.sync_all()?;
@@ -129,6 +139,40 @@ mod tests {
 
         assert_eq!(fsmode::mode_of(&rec).unwrap(), 0o644);
         assert_eq!(fsmode::mode_of(&key).unwrap(), 0o600);
+    }
+
+    #[test]
+    fn write_atomic_sixteen_threads_one_file_whole_value_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rec.json");
+        // Each writer's value is long enough that a torn or interleaved write would show.
+        let value = |i: usize| vec![b'a' + i as u8; 64 * 1024];
+
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let path = &path;
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        write_atomic_unsynced(path, &value(i)).unwrap();
+                        let seen = fs::read(path).unwrap();
+                        assert!((0..16).any(|j| seen == value(j)), "torn record");
+                    }
+                });
+            }
+        });
+
+        let last = fs::read(&path).unwrap();
+        assert!((0..16).any(|j| last == value(j)));
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("rec.json")]);
+    }
+
+    #[test]
+    fn unique_tag_two_calls_differ() {
+        assert_ne!(unique_tag(), unique_tag());
     }
 
     #[test]

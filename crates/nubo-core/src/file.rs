@@ -231,11 +231,11 @@ pub fn check_output(path: &Path) -> Result<(), FileError> {
 }
 
 /// The hidden temporary name beside `path` that nubo writes before renaming or linking into
-/// place: `.<name>.tmp.<pid>`, with `<name>` cut short enough that the whole stays within
+/// place: `.<name>.tmp.<pid>.<n>` (unique per writer, [`crate::atomic::unique_tag`]), with `<name>` cut short enough that the whole stays within
 /// [`NAME_MAX`] (a legal 250-byte output name must not fail as "File name too long").
 pub fn temp_beside(path: &Path) -> PathBuf {
     use std::os::unix::ffi::OsStrExt;
-    let suffix = format!(".tmp.{}", std::process::id());
+    let suffix = format!(".tmp.{}", crate::atomic::unique_tag());
     let name = path.file_name().unwrap_or_default().as_bytes();
     let keep = name.len().min(NAME_MAX - 1 - suffix.len());
     let mut tmp = Vec::with_capacity(NAME_MAX);

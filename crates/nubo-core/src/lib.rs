@@ -3,6 +3,7 @@
 
 pub mod alloc;
 pub mod atomic;
+pub mod cancel;
 pub mod duration;
 pub mod error;
 pub mod file;
@@ -16,6 +17,7 @@ pub mod size;
 pub mod state;
 
 pub use atomic::{write_atomic, write_atomic_unsynced, write_json_atomic, write_json_atomic_unsynced};
+pub use cancel::{Cancel, Deadline};
 pub use error::ErrorKind;
 pub use file::FileError;
 pub use hex::hex;

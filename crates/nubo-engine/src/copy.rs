@@ -36,7 +36,7 @@ impl Engine {
             state: "without an SSH endpoint".into(),
             fix: "recreate it with networking to use `nubo vm cp`".into(),
         })?;
-        let (key, _) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        let (key, _) = self.nubo_key()?;
         let known_hosts = self.roots.vm_dir(name).join("known_hosts");
         crate::ssh::scp_argv(
             &key,

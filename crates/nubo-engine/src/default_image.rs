@@ -1,11 +1,14 @@
 //! The image `vm create NAME` boots when no source is given (`nubo image default`), kept in
-//! `$NUBO_ROOT/settings.json` beside the default backend, written atomically.
+//! `$NUBO_ROOT/settings.json` beside the default backend, written atomically under a lock.
 
 use crate::{Engine, EngineError, StoredSettings};
 
 /// The default image until the user sets another: nubo's own bootstrap recipe builds it
 /// offline (`nubo image bootstrap debian:12`), and the catalog can pull it.
 pub const DEFAULT_IMAGE: &str = "debian:12";
+
+/// The lock file beside settings.json (hidden: `$NUBO_ROOT` is the user's to look at).
+const SETTINGS_LOCK: &str = ".settings.lock";
 
 impl Engine {
     /// The image new VMs use when none is named: the one set, else [`DEFAULT_IMAGE`].
@@ -28,17 +31,35 @@ impl Engine {
             nubo_image::AnyRef::parse(r)
                 .map_err(|e| EngineError::spec(nubo_spec::Field::SourceImageReference, e.to_string()))?;
         }
-        self.update_settings(|s| s.default_image = reference.map(str::to_owned))
+        // A corrupt file is refused rather than replaced: it may hold the other setting.
+        self.update_settings(false, |s| s.default_image = reference.map(str::to_owned))
     }
 
-    /// Reads the settings, changes them and writes them back atomically. A corrupt file is
-    /// refused rather than replaced: it may hold the other setting.
-    fn update_settings(&self, change: impl FnOnce(&mut StoredSettings)) -> Result<(), EngineError> {
-        let mut s = self.settings()?;
+    /// Reads the settings, changes them and writes them back atomically, all under
+    /// `$NUBO_ROOT/.settings.lock` (threads of this process and other processes alike), so
+    /// two writers of different settings never lose each other's change. A corrupt file is
+    /// replaced by defaults when `replace_corrupt`, else refused.
+    pub(crate) fn update_settings(
+        &self,
+        replace_corrupt: bool,
+        change: impl FnOnce(&mut StoredSettings),
+    ) -> Result<(), EngineError> {
+        nubo_core::fsmode::create_dir_all(&self.roots.root, nubo_core::fsmode::DIR)
+            .map_err(EngineError::io("", format!("creating {}", self.roots.root.display())))?;
+        let _lock = crate::lock::FileLock::acquire(
+            &self.roots.root.join(SETTINGS_LOCK),
+            "nubo's settings",
+            "settings",
+            nubo_core::Deadline::after(self.lock_wait),
+            &self.cancel,
+        )?;
+        let mut s = match self.settings() {
+            Ok(s) => s,
+            Err(EngineError::CorruptSettings { .. }) if replace_corrupt => StoredSettings::default(),
+            Err(e) => return Err(e),
+        };
         change(&mut s);
         let path = self.roots.config_file();
-        std::fs::create_dir_all(&self.roots.root)
-            .map_err(EngineError::io("", format!("creating {}", self.roots.root.display())))?;
         nubo_core::write_json_atomic(&path, &s).map_err(EngineError::io("", format!("writing {}", path.display())))
     }
 }
@@ -76,6 +97,33 @@ mod tests {
         assert_eq!(set, "ubuntu:24.04");
         assert_eq!(e.default_image().unwrap(), "debian:12");
         assert_eq!(e.settings().unwrap().default_backend.as_deref(), Some("qemu"));
+    }
+
+    #[test]
+    fn update_settings_sixteen_threads_lose_no_change() {
+        let d = tempfile::tempdir().unwrap();
+        let e = engine(d.path());
+
+        // Each thread appends its own mark to the same setting: a read-modify-write without
+        // the lock loses some of them.
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let e = &e;
+                s.spawn(move || {
+                    for j in 0..5 {
+                        e.update_settings(false, |st| {
+                            let mut v = st.default_image.take().unwrap_or_default();
+                            v.push_str(&format!("{i}.{j},"));
+                            st.default_image = Some(v);
+                        })
+                        .unwrap();
+                    }
+                });
+            }
+        });
+
+        let all = e.default_image_set().unwrap().unwrap();
+        assert_eq!(all.split(',').filter(|m| !m.is_empty()).count(), 16 * 5);
     }
 
     #[test]

@@ -8,8 +8,12 @@ pub enum EngineError {
     NotFound(String),
     #[error("vm `{name}` already exists with a different spec ({}): remove it first (`nubo vm rm --force {name}`) or use another name", differences.join("; "))]
     Conflict { name: String, differences: Vec<String> },
-    #[error("vm `{name}` is busy: another nubo command ({holder}) is working on it; wait for it to finish and retry")]
+    /// `holder` says who: "`start` holds it in this process", "held by pid N (`nubo vm start`)".
+    #[error("vm `{name}` is busy: {holder}; wait for that command to finish and retry")]
     Busy { name: String, holder: String },
+    /// The caller's cancellation token was cancelled while the engine waited.
+    #[error("cancelled while {what}: nothing more was done; run the command again")]
+    Cancelled { what: String },
     #[error("vm `{name}` is {state}: {fix}")]
     InvalidState { name: String, state: String, fix: String },
     /// The spec is invalid; each problem names its field path.
@@ -68,7 +72,9 @@ impl EngineError {
         match self {
             EngineError::NotFound(_) => ErrorKind::NotFound,
             EngineError::Conflict { .. } => ErrorKind::AlreadyExists,
-            EngineError::Busy { .. } | EngineError::InvalidState { .. } => ErrorKind::InvalidState,
+            EngineError::Busy { .. } | EngineError::InvalidState { .. } | EngineError::Cancelled { .. } => {
+                ErrorKind::InvalidState
+            }
             EngineError::Spec(_) | EngineError::Name(_) | EngineError::SnapshotDescription(_) => {
                 ErrorKind::InvalidInput
             }

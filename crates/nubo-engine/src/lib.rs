@@ -10,6 +10,7 @@ pub mod create;
 pub mod default_image;
 pub mod diagnostic;
 pub mod error;
+pub mod fetch;
 mod guest_status;
 pub mod host;
 pub mod lifecycle;
@@ -81,6 +82,10 @@ pub struct Engine {
     pub fetcher: Option<Box<dyn ImageFetcher>>,
     /// How long a command waits for another command on the same VM ([`LOCK_WAIT`]).
     pub lock_wait: Duration,
+    /// Ends the engine's waits (for a VM's lock, ...) early when cancelled: a daemon trips it
+    /// at shutdown. The CLI's is never cancelled (Ctrl-C ends the process and the kernel
+    /// releases its locks).
+    pub cancel: nubo_core::Cancel,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -109,6 +114,7 @@ impl Engine {
             env_backend,
             fetcher: None,
             lock_wait: LOCK_WAIT,
+            cancel: nubo_core::Cancel::new(),
         }
     }
 
@@ -117,8 +123,18 @@ impl Engine {
         self
     }
 
-    pub(crate) fn lock(&self, name: &str) -> Result<lock::VmLock, EngineError> {
-        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, self.lock_wait)
+    /// The VM's lock for the verb `op`, waiting up to [`Engine::lock_wait`] for another
+    /// command on it, or until [`Engine::cancel`].
+    pub(crate) fn lock(&self, name: &str, op: &'static str) -> Result<lock::VmLock, EngineError> {
+        let deadline = nubo_core::Deadline::after(self.lock_wait);
+        lock::VmLock::acquire(&self.roots.run_dir.join("locks"), name, op, deadline, &self.cancel)
+    }
+
+    /// nubo's SSH key pair ([`ssh::ensure_key`]), made once, waiting for another maker up to
+    /// [`Engine::lock_wait`] or until [`Engine::cancel`].
+    pub fn nubo_key(&self) -> Result<(std::path::PathBuf, String), EngineError> {
+        let deadline = nubo_core::Deadline::after(self.lock_wait);
+        ssh::ensure_key_within(&self.roots.ssh_dir(), deadline, &self.cancel)
     }
 
     pub fn settings(&self) -> Result<StoredSettings, EngineError> {
@@ -141,18 +157,9 @@ impl Engine {
     /// Sets (`Some`) or clears (`None`) the default backend for new VMs; the name must be known.
     pub fn set_default_backend(&self, name: Option<&str>) -> Result<Option<&'static str>, EngineError> {
         let id = name.map(|n| self.registry.resolve(n).map(|b| b.id())).transpose()?;
-        let mut s = match self.settings() {
-            Ok(s) => s,
-            // Setting or clearing the default replaces a corrupt file (its other settings are
-            // lost with it: they could not be read anyway).
-            Err(EngineError::CorruptSettings { .. }) => StoredSettings::default(),
-            Err(e) => return Err(e),
-        };
-        s.default_backend = id.map(str::to_owned);
-        let path = self.roots.config_file();
-        nubo_core::fsmode::create_dir_all(&self.roots.root, nubo_core::fsmode::DIR)
-            .map_err(EngineError::io("", format!("creating {}", self.roots.root.display())))?;
-        nubo_core::write_json_atomic(&path, &s).map_err(EngineError::io("", format!("writing {}", path.display())))?;
+        // Setting or clearing the default replaces a corrupt file (its other settings are
+        // lost with it: they could not be read anyway).
+        self.update_settings(true, |s| s.default_backend = id.map(str::to_owned))?;
         Ok(id)
     }
 }

@@ -86,18 +86,30 @@ impl Engine {
 
     /// The lock of an existing VM: a command on a VM that does not exist is refused before
     /// it makes a lock file.
-    pub(crate) fn lock_existing(&self, name: &str) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
+    pub(crate) fn lock_existing(
+        &self,
+        name: &str,
+        op: &'static str,
+    ) -> Result<(crate::lock::VmLock, VmRecord), EngineError> {
         self.created(name)?;
-        let lock = self.lock(name)?;
+        let lock = self.lock(name, op)?;
         // Re-read under the lock: another command may have changed or removed it meanwhile.
-        let rec = self.created(name)?;
-        Ok((lock, rec))
+        match self.created(name) {
+            Ok(rec) => Ok((lock, rec)),
+            Err(e) => {
+                // Removed while this command waited: the wait re-made its lock file.
+                if matches!(e, EngineError::NotFound(_)) {
+                    lock.remove();
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Starts a stopped VM with its existing seed (never rewritten). Starting a running VM is
     /// a no-op that says so.
     pub fn start(&self, name: &str, events: &mut dyn FnMut(Event)) -> Result<VmRecord, EngineError> {
-        let (_lock, mut rec) = self.lock_existing(name)?;
+        let (_lock, mut rec) = self.lock_existing(name, "start")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let state = backend.state(&rec.vm_ref(&dir))?;
@@ -118,7 +130,7 @@ impl Engine {
         timeout: Duration,
         events: &mut dyn FnMut(Event),
     ) -> Result<(), EngineError> {
-        let (_lock, rec) = self.lock_existing(name)?;
+        let (_lock, rec) = self.lock_existing(name, "stop")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let vm = rec.vm_ref(&dir);
@@ -162,7 +174,8 @@ impl Engine {
     }
 
     fn pause_or_resume(&self, name: &str, verb: Verb, events: &mut dyn FnMut(Event)) -> Result<(), EngineError> {
-        let (_lock, rec) = self.lock_existing(name)?;
+        let op = if verb == Verb::Pause { "pause" } else { "resume" };
+        let (_lock, rec) = self.lock_existing(name, op)?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let vm = rec.vm_ref(&dir);
@@ -209,7 +222,7 @@ impl Engine {
         if !dir.exists() {
             return Ok(false);
         }
-        let lock = self.lock(name)?;
+        let lock = self.lock(name, "rm")?;
         let rec = match record::load(&dir) {
             Ok(r) => r,
             Err(EngineError::Corrupt { .. }) if force => None,
@@ -422,7 +435,7 @@ impl Engine {
             state: "without an SSH endpoint".into(),
             fix: "recreate it with networking to use `nubo vm ssh`".into(),
         })?;
-        let (key, _) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        let (key, _) = self.nubo_key()?;
         let known_hosts = self.roots.vm_dir(name).join("known_hosts");
         crate::ssh::argv(&key, &known_hosts, &rec.uuid, &rec.ssh.user, addr, command)
     }

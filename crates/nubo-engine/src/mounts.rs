@@ -122,7 +122,7 @@ impl crate::Engine {
     /// alternative (recreate the VM with `--mount`).
     pub fn mount(&self, name: &str, m: &MountSpec) -> Result<(), EngineError> {
         nubo_spec::check_mounts(std::slice::from_ref(m))?;
-        let (_lock, mut rec) = self.lock_existing(name)?;
+        let (_lock, mut rec) = self.lock_existing(name, "mount")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let index = rec.machine.mounts.len();
@@ -151,7 +151,7 @@ impl crate::Engine {
 
     /// `vm umount`: stops sharing the folder mounted at `guest` with a running VM.
     pub fn umount(&self, name: &str, guest: &Path) -> Result<(), EngineError> {
-        let (_lock, mut rec) = self.lock_existing(name)?;
+        let (_lock, mut rec) = self.lock_existing(name, "umount")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
         let Some(i) = rec.machine.mounts.iter().position(|d| d.guest == guest) else {

@@ -274,7 +274,7 @@ impl Engine {
             validate_description(d)?;
         }
         let (_, backend) = self.snapshot_backend(vm)?;
-        let (_lock, mut rec) = self.lock_existing(vm)?;
+        let (_lock, mut rec) = self.lock_existing(vm, "snapshot create")?;
         let dir = self.roots.vm_dir(vm);
         let table = self.table(&rec, backend)?;
         let taken = |n: &str| rec.snapshots.iter().any(|s| s.name == n) || table.iter().any(|t| t.name == n);
@@ -362,7 +362,7 @@ impl Engine {
             validate_name(n)?;
         }
         let (_, backend) = self.snapshot_backend(vm)?;
-        let (_lock, mut rec) = self.lock_existing(vm)?;
+        let (_lock, mut rec) = self.lock_existing(vm, "snapshot rm")?;
         let dir = self.roots.vm_dir(vm);
         let table = self.table(&rec, backend)?;
         if let Some(n) = names
@@ -404,7 +404,7 @@ impl Engine {
     ) -> Result<(Restored, VmState), EngineError> {
         validate_name(name)?;
         let (_, backend) = self.snapshot_backend(vm)?;
-        let (_lock, mut rec) = self.lock_existing(vm)?;
+        let (_lock, mut rec) = self.lock_existing(vm, "snapshot restore")?;
         let dir = self.roots.vm_dir(vm);
         let table = self.table(&rec, backend)?;
         let info = reconcile(vm, &rec, &table)

@@ -12,7 +12,22 @@ use crate::EngineError;
 pub const KEY_NAME: &str = "id_ed25519";
 
 /// nubo's private key in `dir` (created once, 0600, by `ssh-keygen`), and its public key text.
+/// Waits for another maker up to [`crate::LOCK_WAIT`] ([`ensure_key_within`] takes a
+/// deadline and a cancellation token).
 pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
+    ensure_key_within(
+        dir,
+        nubo_core::Deadline::after(crate::LOCK_WAIT),
+        &nubo_core::Cancel::new(),
+    )
+}
+
+/// [`ensure_key`], waiting for another maker until `deadline` or `cancel`.
+pub fn ensure_key_within(
+    dir: &Path,
+    deadline: nubo_core::Deadline,
+    cancel: &nubo_core::Cancel,
+) -> Result<(PathBuf, String), EngineError> {
     let key = dir.join(KEY_NAME);
     let public = dir.join(format!("{KEY_NAME}.pub"));
     if !key.is_file() || !public.is_file() {
@@ -21,12 +36,10 @@ pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
             .map_err(EngineError::io("", format!("securing {}", dir.display())))?;
         // Two nubo processes making the key at once would each rename their own halves into
         // place, and could pair one run's public key with the other's private key: generation
-        // is serialised by a lock next to the key, and re-checked once it is held.
+        // is serialised by a lock next to the key (threads and processes alike), and re-checked
+        // once it is held.
         let lock_path = dir.join(format!(".{KEY_NAME}.lock"));
-        let lock_file = nubo_core::fsmode::open_lock(&lock_path)
-            .map_err(EngineError::io("", format!("opening {}", lock_path.display())))?;
-        let _lock = nix::fcntl::Flock::lock(lock_file, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| EngineError::io("", format!("locking {}", lock_path.display()))(e.into()))?;
+        let _lock = crate::lock::FileLock::acquire(&lock_path, "nubo's SSH key", "ssh-keygen", deadline, cancel)?;
         if !key.is_file() || !public.is_file() {
             generate(&key, &public, dir)?;
         }
@@ -38,9 +51,9 @@ pub fn ensure_key(dir: &Path) -> Result<(PathBuf, String), EngineError> {
 /// Makes the pair under temporary names and renames the public half, then the private one,
 /// into place, so an interrupted run never leaves a private key without its public half.
 fn generate(key: &Path, public: &Path, dir: &Path) -> Result<(), EngineError> {
-    let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let _ = fs::remove_file(tmp.with_extension(format!("tmp{}.pub", std::process::id())));
+    // Unique per writer (not per pid): ssh-keygen asks before overwriting, and a daemon's
+    // threads share one pid.
+    let tmp = dir.join(format!(".{KEY_NAME}.tmp{}", nubo_core::atomic::unique_tag()));
     let out = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "nubo", "-f"])
         .arg(&tmp)

@@ -657,3 +657,5 @@ fn launch_backend_unreachable_is_the_recorded_with_a_note() {
         "{note}"
     );
 }
+
+mod concurrency;

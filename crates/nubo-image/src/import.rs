@@ -79,7 +79,9 @@ pub fn import(store: &ImageStore, req: &ImportRequest) -> Result<Added, ImportEr
     if info.backing.is_some() {
         return Err(ImportError::Backing(req.file.clone()));
     }
-    let tmp = store.tmp_dir().join(format!("import-{}.qcow2", std::process::id()));
+    let tmp = store
+        .tmp_dir()
+        .join(format!("import-{}.qcow2", nubo_core::atomic::unique_tag()));
     let result = (|| {
         let digest = if info.format == Format::Qcow2 {
             copy_hashing(&req.file, &tmp)?

@@ -26,7 +26,7 @@ pub use download::DownloadEvent;
 pub use error::PullError;
 pub use http::TlsSettings;
 pub use import::{import, ImportError, ImportRequest};
-pub use pull::{pull, PullEvent, PullRequest, PullSource};
+pub use pull::{pull, PullConfig, PullEvent, PullRequest, PullSource};
 pub use record::{BootFiles, BuildProvenance, BuildStep, Firmware, ImageRecord, ImageSource, SourceKind};
 pub use reference::{AnyRef, ImageRef, OciRef, RefError};
 pub use store::{Added, ImageStore, Overwrite, PruneReport, Pruned, StoreError, TagChange};

@@ -83,6 +83,34 @@ impl PullRequest {
     }
 }
 
+/// What every pull of one caller shares: each distro's mirror and the TLS trust. The CLI
+/// builds it once from its environment and flags (`NUBO_MIRROR_<DISTRO>`, `SSL_CERT_FILE`,
+/// `--ca-cert`); a daemon builds its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullConfig {
+    /// (distro, base URL) replacing that distro's own.
+    pub mirrors: Vec<(String, String)>,
+    pub tls: TlsSettings,
+}
+
+impl PullConfig {
+    /// A request for `source` under this configuration: a catalog image gets its distro's
+    /// mirror (a URL or registry reference names its own host), every pull the TLS trust.
+    pub fn request(&self, source: PullSource) -> PullRequest {
+        let mut req = PullRequest::new(source);
+        req.mirror = match &req.source {
+            PullSource::Catalog(r) => self
+                .mirrors
+                .iter()
+                .find(|(d, _)| *d == r.name)
+                .map(|(_, url)| url.clone()),
+            PullSource::Url(_) | PullSource::Oci(_) => None,
+        };
+        req.tls = self.tls.clone();
+        req
+    }
+}
+
 /// What a pull reports as it goes, for a progress bar or plain log lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PullEvent {
@@ -470,6 +498,26 @@ pub fn now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pull_config_request_catalog_gets_its_distro_mirror_url_none() {
+        let config = PullConfig {
+            mirrors: vec![("debian".into(), "http://127.0.0.1:9/debian".into())],
+            tls: TlsSettings {
+                ca_bundle: Some("/ca.pem".into()),
+                extra_ca: Vec::new(),
+            },
+        };
+
+        let catalog = config.request(PullSource::Catalog(ImageRef::parse("debian:12").unwrap()));
+        let other = config.request(PullSource::Catalog(ImageRef::parse("ubuntu:24.04").unwrap()));
+        let url = config.request(PullSource::Url("https://127.0.0.1/a.qcow2".into()));
+
+        assert_eq!(catalog.mirror.as_deref(), Some("http://127.0.0.1:9/debian"));
+        assert_eq!(other.mirror, None);
+        assert_eq!(url.mirror, None);
+        assert_eq!(url.tls, config.tls);
+    }
 
     #[test]
     fn pull_source_url_is_url() {

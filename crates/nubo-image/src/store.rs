@@ -521,7 +521,7 @@ impl ImageStore {
     }
 }
 
-/// `import-<pid>.<ext>`: an import's working copy in `tmp/`.
+/// `import-<pid>.<n>.<ext>`: an import's working copy in `tmp/` (`<n>` tells one process's writers apart).
 fn import_pid(name: &str) -> Option<i32> {
     name.strip_prefix("import-")?.split('.').next()?.parse().ok()
 }

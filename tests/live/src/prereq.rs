@@ -74,7 +74,7 @@ fn probe(name: &str) -> Result<(), String> {
                 }
             }),
         // Shared folders over virtio-fs (vm create --mount): found where the qemu backend looks.
-        "virtiofsd" => nubo_backend::qemu::mounts::find_virtiofsd().map(|_| ()).ok_or_else(|| {
+        "virtiofsd" => nubo_backend::qemu::mounts::find_virtiofsd(&nubo_backend::HostEnv::from_process()).map(|_| ()).ok_or_else(|| {
             "virtiofsd not found on PATH or in /usr/libexec: run scripts/install-deps.sh (Debian 12 has no package; it builds virtiofsd 1.14.0 from crates.io)".to_owned()
         }),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),

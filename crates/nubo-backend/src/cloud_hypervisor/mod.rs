@@ -61,21 +61,30 @@ const SNAPSHOT_DISK: &str = "disk.qcow2";
 pub struct CloudHypervisorBackend {
     /// A name looked up on PATH, or a path.
     pub binary: String,
-    /// `$NUBO_HYPERVISOR_FW`, read once when the backend is built.
+    /// `$NUBO_HYPERVISOR_FW` ([`crate::HostEnv::hypervisor_fw`]).
     pub firmware_env: Option<PathBuf>,
     pub sys_module: PathBuf,
     pub dev_kvm: PathBuf,
+    /// Where the binary and `ip` are looked up.
+    pub path: Option<std::ffi::OsString>,
 }
 
 impl Default for CloudHypervisorBackend {
+    /// Over this process's environment, read now ([`CloudHypervisorBackend::with_host`]
+    /// takes another).
     fn default() -> Self {
+        CloudHypervisorBackend::with_host(crate::HostEnv::from_process())
+    }
+}
+
+impl CloudHypervisorBackend {
+    pub fn with_host(host: crate::HostEnv) -> Self {
         CloudHypervisorBackend {
             binary: BINARY.into(),
-            firmware_env: std::env::var_os(firmware::ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from),
+            firmware_env: host.hypervisor_fw,
             sys_module: "/sys/module".into(),
             dev_kvm: "/dev/kvm".into(),
+            path: host.path,
         }
     }
 }
@@ -106,7 +115,7 @@ impl CloudHypervisorBackend {
             let p = PathBuf::from(&self.binary);
             return p.is_file().then_some(p);
         }
-        which(&self.binary, std::env::var_os("PATH").as_deref())
+        which(&self.binary, self.path.as_deref())
     }
 
     pub fn kvm(&self) -> KvmStatus {
@@ -490,7 +499,7 @@ impl Backend for CloudHypervisorBackend {
                         ),
                     });
                 }
-                if which("ip", std::env::var_os("PATH").as_deref()).is_none() {
+                if which("ip", self.path.as_deref()).is_none() {
                     return Err(BackendError::Unavailable {
                         backend: ID,
                         why: "`ip` is not on PATH: install the iproute2 package".into(),
@@ -1059,6 +1068,7 @@ mod tests {
             firmware_env: None,
             sys_module: dir.to_path_buf(),
             dev_kvm: dir.join("kvm"),
+            path: None,
         }
     }
 

@@ -53,20 +53,28 @@ pub struct QemuBackend {
     /// Where to look for `kvm_pvm` and `/dev/kvm` (overridable for tests).
     pub sys_module: PathBuf,
     pub dev_kvm: PathBuf,
+    /// Where the binary and virtiofsd are looked up.
+    pub host: crate::HostEnv,
 }
 
 impl Default for QemuBackend {
+    /// Over this process's environment, read now ([`QemuBackend::with_host`] takes another).
     fn default() -> Self {
+        QemuBackend::with_host(crate::HostEnv::from_process())
+    }
+}
+
+impl QemuBackend {
+    pub fn with_host(host: crate::HostEnv) -> Self {
         QemuBackend {
             binary: BINARY.into(),
             qemu_img: QEMU_IMG.into(),
             sys_module: "/sys/module".into(),
             dev_kvm: "/dev/kvm".into(),
+            host,
         }
     }
-}
 
-impl QemuBackend {
     pub fn kvm(&self) -> probe::KvmStatus {
         probe::probe_kvm(&self.sys_module, &self.dev_kvm)
     }
@@ -138,7 +146,7 @@ impl QemuBackend {
             .then(probe::host_tsc_khz)
             .flatten();
         let networked = spec.network != NetworkMode::None;
-        let file_servers = mounts::start(spec, &st.run_dir)?;
+        let file_servers = mounts::start(spec, &st.run_dir, &self.host)?;
         for attempt in 1..=PORT_ATTEMPTS {
             // A published port someone else took since the VM last ran is named, not retried.
             crate::ports::check_free(&spec.ports)?;
@@ -327,7 +335,7 @@ impl Backend for QemuBackend {
     }
 
     fn probe(&self) -> Probe {
-        let Some(bin) = probe::which(&self.binary, std::env::var_os("PATH").as_deref()) else {
+        let Some(bin) = self.host.which(&self.binary) else {
             return Probe::Missing {
                 what: self.binary.clone(),
                 package: "qemu-system-x86".into(),
@@ -354,7 +362,7 @@ impl Backend for QemuBackend {
     }
 
     fn installed(&self) -> bool {
-        probe::which(&self.binary, std::env::var_os("PATH").as_deref()).is_some()
+        self.host.which(&self.binary).is_some()
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -409,12 +417,12 @@ impl Backend for QemuBackend {
         if o.accel == Accel::Kvm {
             probe::resolve_accel(Accel::Kvm, &self.kvm())?;
         }
-        mounts::check(spec)?;
+        mounts::check(spec, &self.host)?;
         Ok(Vec::new())
     }
 
     fn mount_transport(&self) -> Result<(crate::MountTransport, Option<String>), BackendError> {
-        Ok(mounts::transport())
+        Ok(mounts::transport(&self.host))
     }
 
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
@@ -747,7 +755,7 @@ fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
             .is_none()
             .then(|| "qemu UEFI boots (--firmware efi)".into()),
     });
-    out.push(mounts::host_check());
+    out.push(mounts::host_check(&b.host));
     out
 }
 

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use super::state::check_socket_path;
 use crate::process::{self, Vmm};
 use crate::spec::{MachineSpec, MountTransport, SharedDir};
-use crate::BackendError;
+use crate::{BackendError, HostEnv};
 
 pub const VIRTIOFSD: &str = "virtiofsd";
 /// Where distributions put virtiofsd outside PATH (Debian's and Fedora's packages).
@@ -32,8 +32,8 @@ const VIRTIOFSD_DIRS: &[&str] = &["/usr/libexec", "/usr/lib/qemu"];
 const SOCKET_WAIT: Duration = Duration::from_secs(10);
 
 /// virtiofsd, from PATH or where distributions install it.
-pub fn find_virtiofsd() -> Option<PathBuf> {
-    super::probe::which(VIRTIOFSD, std::env::var_os("PATH").as_deref()).or_else(|| {
+pub fn find_virtiofsd(host: &HostEnv) -> Option<PathBuf> {
+    host.which(VIRTIOFSD).or_else(|| {
         VIRTIOFSD_DIRS
             .iter()
             .map(|d| Path::new(d).join(VIRTIOFSD))
@@ -126,11 +126,11 @@ pub fn virtiofsd_argv(binary: &Path, m: &SharedDir, socket: &Path, root: bool) -
 }
 
 /// Before anything exists: socket paths fit, and virtiofsd is there when a folder needs it.
-pub fn check(spec: &MachineSpec) -> Result<(), BackendError> {
+pub fn check(spec: &MachineSpec, host: &HostEnv) -> Result<(), BackendError> {
     for (i, m) in spec.mounts.iter().enumerate() {
         if m.transport == MountTransport::Virtiofs {
             check_socket_path(&socket(&spec.run_dir, i))?;
-            if find_virtiofsd().is_none() {
+            if find_virtiofsd(host).is_none() {
                 return Err(virtiofsd_missing());
             }
         }
@@ -146,8 +146,8 @@ pub fn virtiofsd_missing() -> BackendError {
 }
 
 /// The transport for new shared folders: virtio-fs where virtiofsd is installed, else 9p.
-pub fn transport() -> (MountTransport, Option<String>) {
-    match find_virtiofsd() {
+pub fn transport(host: &HostEnv) -> (MountTransport, Option<String>) {
+    match find_virtiofsd(host) {
         Some(_) => (MountTransport::Virtiofs, None),
         None => (
             MountTransport::NineP,
@@ -179,8 +179,8 @@ impl Drop for Started<'_> {
 }
 
 /// `nubo doctor`'s line: virtiofsd for shared folders.
-pub fn host_check() -> crate::HostCheck {
-    let found = find_virtiofsd();
+pub fn host_check(host: &HostEnv) -> crate::HostCheck {
+    let found = find_virtiofsd(host);
     crate::HostCheck {
         name: "virtiofsd".into(),
         status: if found.is_some() {
@@ -203,18 +203,18 @@ pub fn host_check() -> crate::HostCheck {
 
 /// Starts one virtiofsd per virtio-fs folder (after killing any a previous boot left) and waits
 /// for each socket. On any failure the ones already started are killed.
-pub fn start<'a>(spec: &'a MachineSpec, run_dir: &'a Path) -> Result<Started<'a>, BackendError> {
+pub fn start<'a>(spec: &'a MachineSpec, run_dir: &'a Path, host: &HostEnv) -> Result<Started<'a>, BackendError> {
     stop(spec, run_dir)?;
     let started = Started {
         spec,
         run_dir,
         keep: false,
     };
-    start_all(spec, run_dir)?;
+    start_all(spec, run_dir, host)?;
     Ok(started)
 }
 
-fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
+fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv) -> Result<(), BackendError> {
     let wanted: Vec<(usize, &SharedDir)> = spec
         .mounts
         .iter()
@@ -224,7 +224,7 @@ fn start_all(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
     if wanted.is_empty() {
         return Ok(());
     }
-    let binary = find_virtiofsd().ok_or_else(virtiofsd_missing)?;
+    let binary = find_virtiofsd(host).ok_or_else(virtiofsd_missing)?;
     let root = nix::unistd::geteuid().is_root();
     for (i, m) in wanted {
         let sock = socket(run_dir, i);

@@ -27,7 +27,8 @@ pub fn run(args: &BootstrapArgs, settings: &Settings) -> anyhow::Result<()> {
     // Before the host probe: a refused mirror or package name is the user's to fix, whatever
     // this host has installed.
     let recipe = Recipe::new(release, mirror, args.size, args.packages.clone())?;
-    let host = Host::probe().context("checking this host for `nubo image bootstrap`")?;
+    let host =
+        Host::probe_in(settings.host.path.as_deref()).context("checking this host for `nubo image bootstrap`")?;
     let cache = match (&args.cache_dir, args.no_cache) {
         (_, true) => None,
         (Some(d), false) => Some(d.clone()),

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 
-use nubo_backend::qemu::probe;
 use nubo_backend::{CheckStatus, HostCheck};
 use nubo_bootstrap::{BootstrapError, Host};
 use nubo_core::roots::MAX_SOCKET_PATH;
@@ -99,11 +98,10 @@ pub fn run(args: &DoctorArgs, settings: &Settings) -> anyhow::Result<()> {
 
 /// Runs every probe once, in the order a user fixes things.
 fn gather(settings: &Settings) -> Vec<Check> {
-    let path = std::env::var_os("PATH");
-    let which = |cmd: &str| probe::which(cmd, path.as_deref());
+    let which = |cmd: &str| settings.host.which(cmd);
     // Each backend reports what it needs from the host (its binary, accelerator, firmware);
     // doctor knows no backend's details.
-    let registry = nubo_backend::builtin_registry_with(settings.libvirt_uri.clone());
+    let registry = nubo_backend::builtin_registry_for(settings.libvirt_uri.clone(), &settings.host);
     let backends: Vec<_> = registry
         .iter()
         .map(|b| (b.id(), b.auto_selectable(), b.host_checks()))
@@ -132,7 +130,7 @@ fn gather(settings: &Settings) -> Vec<Check> {
         false,
         "needed by nubo vm ssh",
     ));
-    checks.push(bootstrap_check(&Host::probe()));
+    checks.push(bootstrap_check(&Host::probe_in(settings.host.path.as_deref())));
     checks.push(space_check(&settings.roots.root, &store, free_bytes(&store)));
     checks.push(socket_check(&settings.roots.run_dir));
     checks

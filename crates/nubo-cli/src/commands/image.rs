@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use nubo_disk::Format;
 use nubo_image::{
-    Added, ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest, PullSource,
-    TagChange, TlsSettings,
+    Added, ConvertSpec, ImageRecord, ImageRef, ImageStore, ImportRequest, PullEvent, PullRequest, PullSource, TagChange,
 };
 
 use crate::cli::image::{ConvertArgs, ConvertTo, HashArgs, ImageCmd, ImportArgs, PruneArgs, PullArgs};
@@ -110,20 +109,7 @@ pub(crate) fn report_change(added: &Added) {
 
 /// A pull with the settings' mirror for the distro and its TLS trust.
 fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
-    let mut req = PullRequest::new(source.clone());
-    req.mirror = match &source {
-        PullSource::Catalog(r) => settings
-            .mirrors
-            .iter()
-            .find(|(d, _)| *d == r.name)
-            .map(|(_, url)| url.clone()),
-        PullSource::Url(_) | PullSource::Oci(_) => None,
-    };
-    req.tls = TlsSettings {
-        ca_bundle: settings.ssl_cert_file.clone(),
-        extra_ca: settings.extra_ca.clone(),
-    };
-    req
+    settings.pull_config().request(source)
 }
 
 fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<Added> {

@@ -253,7 +253,7 @@ impl Engine {
         let inputs = self.inputs(spec, &plan)?;
         let name = plan.name.clone();
         let uuid = uuid::Uuid::new_v4().to_string();
-        let (_, nubo_key) = crate::ssh::ensure_key(&self.roots.ssh_dir())?;
+        let (_, nubo_key) = self.nubo_key()?;
         // Built in memory now: a seed that cannot be built fails before anything is written.
         let seed = match &plan.seed {
             SeedPlan::Generated => {
@@ -274,7 +274,7 @@ impl Engine {
             }
             _ => None,
         };
-        let lock = self.lock(&name)?;
+        let lock = self.lock(&name, "create")?;
         let dir = self.roots.vm_dir(&name);
         match record::load(&dir)? {
             Some(rec) if rec.phase == Phase::Created => {

@@ -348,7 +348,7 @@ fn snapshot_restore_untracked_refused() {
 fn snapshot_create_while_locked_is_busy() {
     let t = snapshotting();
     running(&t, "web");
-    let _held = t.engine.lock("web").unwrap();
+    let _held = t.engine.lock("web", "start").unwrap();
 
     let err = t
         .engine

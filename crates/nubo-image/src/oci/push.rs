@@ -163,9 +163,11 @@ impl Drop for Packed {
 
 fn pack(store: &ImageStore, record: &ImageRecord, progress: &mut dyn FnMut(PullEvent)) -> Result<Packed, OciError> {
     let hex = crate::store::digest_hex(&record.digest)?;
-    let path = store
-        .tmp_dir()
-        .join(format!("push-{}-{}.zst.part", &hex[..16], std::process::id()));
+    let path = store.tmp_dir().join(format!(
+        "push-{}-{}.zst.part",
+        &hex[..16],
+        nubo_core::atomic::unique_tag()
+    ));
     progress(PullEvent::Note(format!(
         "compressing the disk ({} bytes) with zstd",
         record.size

@@ -57,7 +57,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
 pub fn engine(settings: &Settings) -> Engine {
     Engine::new(
         settings.roots.clone(),
-        nubo_backend::builtin_registry_with(settings.libvirt_uri.clone()),
+        nubo_backend::builtin_registry_for(settings.libvirt_uri.clone(), &settings.host),
         settings.env_backend.clone(),
     )
     .with_fetcher(Box::new(Fetcher {
