@@ -32,7 +32,8 @@ impl EngineError {
             EngineError::Conflict { name, .. } => {
                 format!("remove it first (`nubo vm rm --force {name}`) or use another name")
             }
-            EngineError::Busy { .. } => "wait for it to finish and retry".to_owned(),
+            EngineError::Busy { .. } => "wait for that command to finish and retry".to_owned(),
+            EngineError::Cancelled { .. } => "run the command again".to_owned(),
             EngineError::InvalidState { fix, .. } | EngineError::Unavailable { fix, .. } => fix.clone(),
             EngineError::Corrupt { .. } => {
                 "remove the VM with `nubo vm rm --force` (its record cannot be trusted)".to_owned()
@@ -129,6 +130,9 @@ mod tests {
             EngineError::Busy {
                 name: "web".into(),
                 holder: "pid 42".into(),
+            },
+            EngineError::Cancelled {
+                what: "waiting for vm `web`'s lock".into(),
             },
             EngineError::InvalidState {
                 name: "web".into(),
