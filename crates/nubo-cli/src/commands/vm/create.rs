@@ -203,7 +203,9 @@ pub fn spec(a: &CreateArgs, default_image: Option<&str>, home: Option<&Path>) ->
     }
     // libvirt's options: the URI and pool, and the machine type when libvirt is asked for.
     let mut libvirt = std::collections::BTreeMap::new();
-    if let Some(uri) = &a.connect {
+    // With --tls-dir the URI carries nubo's `pkipath`, which a spec may not: it reaches the
+    // backend as its default URI instead (`vm::run`).
+    if let Some(uri) = a.connect.as_ref().filter(|_| a.tls_dir.is_none()) {
         libvirt.insert("uri".to_owned(), uri.clone());
     }
     if let Some(pool) = &a.pool {

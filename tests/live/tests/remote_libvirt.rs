@@ -1,0 +1,244 @@
+//! A remote libvirt host (issue 22): a libvirtd the test starts in its own network namespace,
+//! listening for TLS on the namespace's end of a veth pair with a CA, server and client
+//! certificates the test makes ([`nubo_live::libvirt_tls`]), reached from this namespace as
+//! `qemu+tls://10.250.77.1/system` by `nubo` itself with `--tls-dir`:
+//!
+//! - `doctor --connect --tls-dir` checks the three client files and the remote daemon;
+//! - an unreachable host (a closed port) and a missing TLS directory are refused with a clear
+//!   error and leave nothing; the next create converges;
+//! - the base is uploaded once into the pool as `nubo-base-<sha256/16>.qcow2` (its bytes hash
+//!   to the store's digest) and the OS disk volume backs onto it; a second VM reuses it (one
+//!   base volume, the same file: not uploaded again);
+//! - stop/start (the chain is checked on the host before the boot), domain UUID = record UUID;
+//! - `rm` of both VMs leaves the base volume; a base volume damaged behind nubo's back (an
+//!   upload killed half-way) fails verification and is replaced by the next create;
+//! - `image prune --connect` removes the base volume no disk backs onto, and says so.
+//!
+//! No guest is booted to cloud-init here: readiness still follows a console log file the
+//! remote libvirtd writes (this host's file only because the "remote" daemon runs on it), so
+//! a boot would prove nothing about remote readiness (see docs/architecture.md).
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nubo_live::cli::{inspect, ls_state, nubo, vms_empty, Cleanup};
+use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
+use nubo_live::{LiveTest, TestResult, TestRoot};
+
+const QUICK: Duration = Duration::from_secs(180);
+/// A create uploads the ~400 MiB base through TLS and reads it back.
+const CREATE: Duration = Duration::from_secs(420);
+const A: &str = "rv1";
+const B: &str = "rv2";
+
+fn main() -> ExitCode {
+    nubo_live::run(vec![LiveTest::new(
+        "remote_libvirt_tls_base_volume_uploaded_once_shared_pruned",
+        &["qemu", "bootstrap", "libvirt-tls"],
+        || {
+            let t = Instant::now();
+            let r = remote();
+            println!(
+                "timing remote_libvirt: {:.1}s ({})",
+                t.elapsed().as_secs_f64(),
+                if r.is_ok() { "ok" } else { "failed" }
+            );
+            r
+        },
+    )])
+}
+
+fn sha256(p: &std::path::Path) -> Result<String, String> {
+    let out = nubo_live::cli::run(std::process::Command::new("sha256sum").arg(p), QUICK)?.require()?;
+    Ok(out.stdout.split_whitespace().next().unwrap_or_default().to_owned())
+}
+
+fn lines(s: &str) -> Vec<String> {
+    s.lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect()
+}
+
+/// The volumes of `pool`, by name.
+fn volumes(lv: &Libvirtd, pool: &str) -> Result<Vec<String>, String> {
+    let out = lv.virsh(&["vol-list", "--pool", pool])?.require()?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect())
+}
+
+fn bases(lv: &Libvirtd, pool: &str) -> Result<Vec<String>, String> {
+    Ok(volumes(lv, pool)?
+        .into_iter()
+        .filter(|v| v.starts_with("nubo-base-"))
+        .collect())
+}
+
+fn create(root: &TestRoot, name: &str, uri: &str, tls: &str) -> Result<nubo_live::cli::Out, String> {
+    nubo(
+        root,
+        &[
+            "vm", "create", name, "--image", "debian:12", "--backend", "libvirt", "--connect", uri, "--tls-dir", tls,
+            "--restrict-network", "--memory", "512M", "--vcpus", "1",
+        ],
+        CREATE,
+    )
+}
+
+fn remote() -> TestResult {
+    let t = Instant::now();
+    let lv = Libvirtd::start_with(Options {
+        tls: Some(TlsListen { net: "10.250.77" }),
+        ..Options::default()
+    })?;
+    println!("timing libvirtd (TLS) start: {:.1}s", t.elapsed().as_secs_f64());
+    let (uri, tls_dir) = lv.tls.clone().ok_or("the harness made no TLS listener")?;
+    let tls = tls_dir.display().to_string();
+    let root = TestRoot::new()?;
+    let image = root.with_debian_image()?;
+    let base_sha = sha256(&image.qcow2)?;
+    let _cleanup = Cleanup::new(&root, &[A, B]);
+
+    // doctor: the three files (from --tls-dir) and the daemon behind the URI.
+    let d = nubo(&root, &["doctor", "--connect", &uri, "--tls-dir", &tls], QUICK)?;
+    for want in ["libvirt TLS client key", "libvirt TLS CA certificate", "remote libvirt daemon"] {
+        let line = d.stdout.lines().find(|l| l.contains(want)).unwrap_or_default();
+        if !line.trim_start().starts_with("ok") {
+            return Err(format!("doctor's `{want}` is not ok:\n{}\n{}", d.stdout, d.stderr));
+        }
+    }
+    let bad_key = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    for f in ["cacert.pem", "clientcert.pem", "clientkey.pem"] {
+        fs::copy(tls_dir.join(f), bad_key.path().join(f)).map_err(|e| format!("copying {f}: {e}"))?;
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(bad_key.path().join("clientkey.pem"), fs::Permissions::from_mode(0o644))
+            .map_err(|e| format!("chmod: {e}"))?;
+    }
+    let d = nubo(
+        &root,
+        &["doctor", "--connect", &uri, "--tls-dir", &bad_key.path().display().to_string()],
+        QUICK,
+    )?;
+    if !d.stdout.contains("chmod 600") {
+        return Err(format!("doctor missed a world-readable client key:\n{}", d.stdout));
+    }
+
+    // Refusals that make nothing: a closed port, a directory without the certificates.
+    let closed = uri.replace("10.250.77.1/", "10.250.77.1:16599/");
+    nubo(
+        &root,
+        &[
+            "vm", "create", A, "--image", "debian:12", "--backend", "libvirt", "--connect", &closed, "--tls-dir", &tls,
+            "--restrict-network",
+        ],
+        QUICK,
+    )?
+    .refused(&["unreachable"])?;
+    let empty = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    create(&root, A, &uri, &empty.path().display().to_string())?.refused(&["--tls-dir", "cacert.pem"])?;
+    vms_empty(&root, "after the refusals")?;
+
+    // The first VM uploads the base once.
+    let t = Instant::now();
+    create(&root, A, &uri, &tls)?.require()?;
+    println!("timing remote create with base upload: {:.1}s", t.elapsed().as_secs_f64());
+    let rec = inspect(&root, A)?;
+    let pool = rec
+        .pointer("/backend_state/pool")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("no pool in the record: {rec}"))?
+        .to_owned();
+    let b = bases(&lv, &pool)?;
+    if b.len() != 1 || !b[0].starts_with(&format!("nubo-base-{}", &base_sha[..16])) {
+        return Err(format!("pool `{pool}` holds base volumes {b:?}, not one named after {base_sha}"));
+    }
+    let base_path = lv.virsh(&["vol-path", "--pool", &pool, &b[0]])?.require()?.stdout.trim().to_owned();
+    if sha256(std::path::Path::new(&base_path))? != base_sha {
+        return Err(format!("base volume {base_path} does not hash to the store's {base_sha}"));
+    }
+    if rec.pointer("/backend_state/base_volume").and_then(|v| v.as_str()) != Some(base_path.as_str()) {
+        return Err(format!("the record does not name base volume {base_path}: {rec}"));
+    }
+    let disk_xml = lv
+        .virsh(&["vol-dumpxml", "--pool", &pool, &format!("{A}.qcow2")])?
+        .require()?
+        .stdout;
+    if !disk_xml.contains(&format!("<path>{base_path}</path>")) {
+        return Err(format!("disk volume of {A} does not back onto {base_path}:\n{disk_xml}"));
+    }
+    let uuid = lv.virsh(&["domuuid", A])?.require()?.stdout.trim().to_owned();
+    if rec.get("uuid").and_then(|v| v.as_str()) != Some(uuid.as_str()) {
+        return Err(format!("domain UUID {uuid} is not the record's: {rec}"));
+    }
+    if ls_state(&root, A)? != "running" {
+        return Err(format!("{A} is not running"));
+    }
+    let md = fs::metadata(&base_path).map_err(|e| format!("{base_path}: {e}"))?;
+    let (ino, mtime) = (md.ino(), md.mtime_nsec() + md.mtime() * 1_000_000_000);
+
+    // The second VM reuses it: one base volume, the same file, not written again.
+    let t = Instant::now();
+    create(&root, B, &uri, &tls)?.require()?;
+    println!("timing remote create reusing the base: {:.1}s", t.elapsed().as_secs_f64());
+    let md = fs::metadata(&base_path).map_err(|e| format!("{base_path}: {e}"))?;
+    let b2 = bases(&lv, &pool)?;
+    if b2 != b || md.ino() != ino || md.mtime_nsec() + md.mtime() * 1_000_000_000 != mtime {
+        return Err(format!("the second VM did not reuse base volume {}: now {b2:?}", b[0]));
+    }
+
+    // stop/start: the chain is checked on the host before the boot.
+    nubo(&root, &["vm", "stop", "--force", A], QUICK)?.require()?;
+    if ls_state(&root, A)? != "stopped" {
+        return Err(format!("{A} is not stopped after stop"));
+    }
+    nubo(&root, &["vm", "start", A], QUICK)?.require()?;
+    if ls_state(&root, A)? != "running" {
+        return Err(format!("{A} is not running after start"));
+    }
+
+    // rm of both leaves the base volume, and nothing else of theirs.
+    nubo(&root, &["vm", "rm", "--force", A], QUICK)?.require()?;
+    nubo(&root, &["vm", "rm", "--force", B], QUICK)?.require()?;
+    let left = volumes(&lv, &pool)?;
+    if left != b {
+        return Err(format!("after rm, pool `{pool}` holds {left:?}, not just {b:?}"));
+    }
+    if !lines(&lv.virsh(&["list", "--all", "--name"])?.stdout).is_empty() {
+        return Err("domains left after rm".into());
+    }
+
+    // A base volume damaged behind nubo's back (as an upload killed half-way leaves it) does
+    // not verify: the next create deletes it and uploads the base again.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&base_path)
+            .map_err(|e| format!("{base_path}: {e}"))?;
+        f.seek(SeekFrom::Start(1 << 20)).map_err(|e| e.to_string())?;
+        f.write_all(&[0xa5; 4096]).map_err(|e| e.to_string())?;
+    }
+    create(&root, A, &uri, &tls)?.require()?;
+    if sha256(std::path::Path::new(&base_path))? != base_sha || bases(&lv, &pool)? != b {
+        return Err("the damaged base volume was not replaced by a verified one".into());
+    }
+    nubo(&root, &["vm", "rm", "--force", A], QUICK)?.require()?;
+
+    // prune removes the base volume no disk backs onto, and names it.
+    let p = nubo(&root, &["image", "prune", "--connect", &uri, "--tls-dir", &tls], QUICK)?.require()?;
+    if !p.stdout.contains(&format!("removed base volume {}", b[0])) {
+        return Err(format!("prune did not say it removed {}:\n{}", b[0], p.stdout));
+    }
+    if !bases(&lv, &pool)?.is_empty() {
+        return Err("base volume left after prune".into());
+    }
+    vms_empty(&root, "at the end")?;
+    if sha256(&image.qcow2)? != base_sha {
+        return Err(format!("the store's base {} changed", image.qcow2.display()));
+    }
+    Ok(())
+}
