@@ -42,8 +42,21 @@ pub fn make(dir: &Path, addr: &str) -> Result<Pki, String> {
     openssl(
         dir,
         &[
-            "req", "-x509", "-new", "-key", "ca.key", "-days", days, "-subj", "/CN=nubo test CA", "-out", "ca.pem",
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "req",
+            "-x509",
+            "-new",
+            "-key",
+            "ca.key",
+            "-days",
+            days,
+            "-subj",
+            "/CN=nubo test CA",
+            "-out",
+            "ca.pem",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
         ],
     )?;
     for (name, ext, subj) in [

@@ -198,7 +198,9 @@ impl Libvirtd {
             run(Command::new("ip").args(args), QUICK)?.require()?;
             Ok(())
         };
-        sh(&["link", "add", &host, "type", "veth", "peer", "name", "nlvtls0", "netns", &self.ns])?;
+        sh(&[
+            "link", "add", &host, "type", "veth", "peer", "name", "nlvtls0", "netns", &self.ns,
+        ])?;
         sh(&["addr", "add", &format!("{}.2/30", t.net), "dev", &host])?;
         sh(&["link", "set", &host, "up"])?;
         let ns = |args: &[&str]| -> Result<(), String> {

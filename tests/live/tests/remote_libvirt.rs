@@ -56,7 +56,10 @@ fn sha256(p: &std::path::Path) -> Result<String, String> {
 }
 
 fn lines(s: &str) -> Vec<String> {
-    s.lines().map(|l| l.trim().to_owned()).filter(|l| !l.is_empty()).collect()
+    s.lines()
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 /// The volumes of `pool`, by name.
@@ -80,8 +83,22 @@ fn create(root: &TestRoot, name: &str, uri: &str, tls: &str) -> Result<nubo_live
     nubo(
         root,
         &[
-            "vm", "create", name, "--image", "debian:12", "--backend", "libvirt", "--connect", uri, "--tls-dir", tls,
-            "--restrict-network", "--memory", "512M", "--vcpus", "1",
+            "vm",
+            "create",
+            name,
+            "--image",
+            "debian:12",
+            "--backend",
+            "libvirt",
+            "--connect",
+            uri,
+            "--tls-dir",
+            tls,
+            "--restrict-network",
+            "--memory",
+            "512M",
+            "--vcpus",
+            "1",
         ],
         CREATE,
     )
@@ -103,7 +120,11 @@ fn remote() -> TestResult {
 
     // doctor: the three files (from --tls-dir) and the daemon behind the URI.
     let d = nubo(&root, &["doctor", "--connect", &uri, "--tls-dir", &tls], QUICK)?;
-    for want in ["libvirt TLS client key", "libvirt TLS CA certificate", "remote libvirt daemon"] {
+    for want in [
+        "libvirt TLS client key",
+        "libvirt TLS CA certificate",
+        "remote libvirt daemon",
+    ] {
         let line = d.stdout.lines().find(|l| l.contains(want)).unwrap_or_default();
         if !line.trim_start().starts_with("ok") {
             return Err(format!("doctor's `{want}` is not ok:\n{}\n{}", d.stdout, d.stderr));
@@ -120,7 +141,13 @@ fn remote() -> TestResult {
     }
     let d = nubo(
         &root,
-        &["doctor", "--connect", &uri, "--tls-dir", &bad_key.path().display().to_string()],
+        &[
+            "doctor",
+            "--connect",
+            &uri,
+            "--tls-dir",
+            &bad_key.path().display().to_string(),
+        ],
         QUICK,
     )?;
     if !d.stdout.contains("chmod 600") {
@@ -132,7 +159,17 @@ fn remote() -> TestResult {
     nubo(
         &root,
         &[
-            "vm", "create", A, "--image", "debian:12", "--backend", "libvirt", "--connect", &closed, "--tls-dir", &tls,
+            "vm",
+            "create",
+            A,
+            "--image",
+            "debian:12",
+            "--backend",
+            "libvirt",
+            "--connect",
+            &closed,
+            "--tls-dir",
+            &tls,
             "--restrict-network",
         ],
         QUICK,
@@ -145,7 +182,10 @@ fn remote() -> TestResult {
     // The first VM uploads the base once.
     let t = Instant::now();
     create(&root, A, &uri, &tls)?.require()?;
-    println!("timing remote create with base upload: {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "timing remote create with base upload: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
     let rec = inspect(&root, A)?;
     let pool = rec
         .pointer("/backend_state/pool")
@@ -154,11 +194,20 @@ fn remote() -> TestResult {
         .to_owned();
     let b = bases(&lv, &pool)?;
     if b.len() != 1 || !b[0].starts_with(&format!("nubo-base-{}", &base_sha[..16])) {
-        return Err(format!("pool `{pool}` holds base volumes {b:?}, not one named after {base_sha}"));
+        return Err(format!(
+            "pool `{pool}` holds base volumes {b:?}, not one named after {base_sha}"
+        ));
     }
-    let base_path = lv.virsh(&["vol-path", "--pool", &pool, &b[0]])?.require()?.stdout.trim().to_owned();
+    let base_path = lv
+        .virsh(&["vol-path", "--pool", &pool, &b[0]])?
+        .require()?
+        .stdout
+        .trim()
+        .to_owned();
     if sha256(std::path::Path::new(&base_path))? != base_sha {
-        return Err(format!("base volume {base_path} does not hash to the store's {base_sha}"));
+        return Err(format!(
+            "base volume {base_path} does not hash to the store's {base_sha}"
+        ));
     }
     if rec.pointer("/backend_state/base_volume").and_then(|v| v.as_str()) != Some(base_path.as_str()) {
         return Err(format!("the record does not name base volume {base_path}: {rec}"));
@@ -168,7 +217,9 @@ fn remote() -> TestResult {
         .require()?
         .stdout;
     if !disk_xml.contains(&format!("<path>{base_path}</path>")) {
-        return Err(format!("disk volume of {A} does not back onto {base_path}:\n{disk_xml}"));
+        return Err(format!(
+            "disk volume of {A} does not back onto {base_path}:\n{disk_xml}"
+        ));
     }
     let uuid = lv.virsh(&["domuuid", A])?.require()?.stdout.trim().to_owned();
     if rec.get("uuid").and_then(|v| v.as_str()) != Some(uuid.as_str()) {
@@ -183,7 +234,10 @@ fn remote() -> TestResult {
     // The second VM reuses it: one base volume, the same file, not written again.
     let t = Instant::now();
     create(&root, B, &uri, &tls)?.require()?;
-    println!("timing remote create reusing the base: {:.1}s", t.elapsed().as_secs_f64());
+    println!(
+        "timing remote create reusing the base: {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
     let md = fs::metadata(&base_path).map_err(|e| format!("{base_path}: {e}"))?;
     let b2 = bases(&lv, &pool)?;
     if b2 != b || md.ino() != ino || md.mtime_nsec() + md.mtime() * 1_000_000_000 != mtime {

@@ -225,8 +225,7 @@ pub fn prune(pool: &StoragePool, pool_name: &str, dry_run: bool) -> Result<Vec<S
             continue;
         }
         if !dry_run {
-            v.delete()
-                .map_err(remote(format!("deleting base volume `{name}`")))?;
+            v.delete().map_err(remote(format!("deleting base volume `{name}`")))?;
         }
         removed.push(name);
     }

@@ -861,7 +861,9 @@ impl StoragePool {
     pub fn volumes(&self) -> Result<Vec<StorageVol>, VirtError> {
         let mut list: *mut Ptr = std::ptr::null_mut();
         // SAFETY: live pool, valid out-pointer; flags 0.
-        let n = check(self.api, unsafe { (self.api.pool_list_all_volumes)(self.ptr, &mut list, 0) })?;
+        let n = check(self.api, unsafe {
+            (self.api.pool_list_all_volumes)(self.ptr, &mut list, 0)
+        })?;
         let mut out = Vec::with_capacity(n as usize);
         for i in 0..n as usize {
             // SAFETY: libvirt returned `n` volume pointers in a malloc'd array.

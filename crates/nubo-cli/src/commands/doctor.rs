@@ -128,14 +128,10 @@ fn remote_checks(connect: &str, tls_dir: Option<&Path>) -> anyhow::Result<Vec<Ch
         None => uri,
     };
     let b = nubo_backend::libvirt::LibvirtBackend::new(Some(uri));
-    out.extend(
-        nubo_backend::Backend::host_checks(&b)
-            .into_iter()
-            .map(|c| HostCheck {
-                name: format!("remote {}", c.name),
-                ..c
-            }),
-    );
+    out.extend(nubo_backend::Backend::host_checks(&b).into_iter().map(|c| HostCheck {
+        name: format!("remote {}", c.name),
+        ..c
+    }));
     Ok(backend_checks(&[("libvirt", false, out)]))
 }
 

@@ -18,5 +18,5 @@ pub fn connect_uri(connect: &str, tls_dir: Option<&Path>) -> anyhow::Result<Conn
     nubo_backend::libvirt::tls::check_dir(&abs)
         .map_err(anyhow::Error::msg)
         .context("--tls-dir: it must hold libvirt's cacert.pem, clientcert.pem and clientkey.pem")?;
-    Ok(uri.with_pkipath(&abs).context("--tls-dir")?)
+    uri.with_pkipath(&abs).context("--tls-dir")
 }

@@ -187,7 +187,9 @@ impl ConnectUri {
         if self.params.iter().any(|p| matches!(p, Param::PkiPath(_))) {
             return Err(refuse("already names a TLS directory".into()));
         }
-        let value = dir.to_str().ok_or_else(|| refuse("gets a TLS directory that is not UTF-8".into()))?;
+        let value = dir
+            .to_str()
+            .ok_or_else(|| refuse("gets a TLS directory that is not UTF-8".into()))?;
         let path = clean_abs(value, "TLS directory")?;
         let text = format!(
             "{}{}pkipath={value}",
@@ -430,7 +432,8 @@ fn clean_abs(value: &str, what: &str) -> Result<PathBuf, UriError> {
         && !value.contains("//")
         && !value.contains(['&', '?', '#', '%', '\0'])
         && !value.chars().any(char::is_control)
-        && p.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
     if !clean {
         return Err(refuse(format!(
             "has the {what} `{}`, which is not a plain absolute path: give one without `.`, `..`, `//`, `&`, `?`, `%` or a trailing `/`",
