@@ -228,6 +228,11 @@ fn remote() -> TestResult {
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running"));
     }
+    // This host's VM directory does not exist on a remote host: no serial log file is named.
+    let dom = lv.virsh(&["dumpxml", A])?.require()?.stdout;
+    if dom.contains("<log file=") {
+        return Err(format!("the remote domain names a serial log file:\n{dom}"));
+    }
     let md = fs::metadata(&base_path).map_err(|e| format!("{base_path}: {e}"))?;
     let (ino, mtime) = (md.ino(), md.mtime_nsec() + md.mtime() * 1_000_000_000);
 

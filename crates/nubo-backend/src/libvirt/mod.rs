@@ -306,7 +306,7 @@ impl LibvirtBackend {
             seed,
             os_disk,
             net,
-            console_log: &st.console_log,
+            console_log: st.uri.is_local().then_some(st.console_log.as_path()),
             dac: system.then(caller),
         })
     }

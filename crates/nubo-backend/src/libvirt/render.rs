@@ -62,7 +62,9 @@ pub struct DomainParams<'a> {
     /// create finds and deletes it).
     pub os_disk: bool,
     pub net: Net,
-    pub console_log: &'a Path,
+    /// The serial log file virtlogd writes, on the daemon's host; `None` on a remote host,
+    /// where this host's VM directory does not exist (the console is read through the stream).
+    pub console_log: Option<&'a Path>,
     /// A static DAC label (`uid`, `gid`) with `relabel='no'`: QEMU runs as the caller and
     /// nothing of the caller's is chowned (a non-root caller on `qemu:///system`).
     pub dac: Option<(u32, u32)>,
@@ -203,10 +205,13 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         x.push_str("      <model type='virtio'/>\n    </interface>\n");
     }
     x.push_str(&super::mounts::filesystems(spec));
+    let log = d
+        .console_log
+        .map(|l| format!("      <log file='{}' append='off'/>\n", p(l)))
+        .unwrap_or_default();
     let _ = writeln!(
         x,
-        "    <serial type='pty'>\n      <log file='{}' append='off'/>\n      <target port='0'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>",
-        p(d.console_log)
+        "    <serial type='pty'>\n{log}      <target port='0'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>"
     );
     x.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
     x.push_str("    <memballoon model='none'/>\n  </devices>\n");
