@@ -106,7 +106,7 @@ fn create(root: &TestRoot, name: &str, uri: &str, tls: &str) -> Result<nubo_live
 
 fn remote() -> TestResult {
     let t = Instant::now();
-    let lv = Libvirtd::start_with(Options {
+    let mut lv = Libvirtd::start_with(Options {
         tls: Some(TlsListen { net: "10.250.77" }),
         ..Options::default()
     })?;
@@ -254,9 +254,26 @@ fn remote() -> TestResult {
     if ls_state(&root, A)? != "stopped" {
         return Err(format!("{A} is not stopped after stop"));
     }
+    nubo(&root, &["vm", "snapshot", "create", A, "s0"], QUICK)?.require()?;
     nubo(&root, &["vm", "start", A], QUICK)?.require()?;
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running after start"));
+    }
+    let snaps = nubo(&root, &["vm", "snapshot", "ls", A], QUICK)?.require()?.stdout;
+    if !snaps.contains("s0") {
+        return Err(format!("the disk-only snapshot is not listed:\n{snaps}"));
+    }
+    // `vm ip` names the remote host's forward instead of this host's 127.0.0.1.
+    let ip = nubo(&root, &["vm", "ip", A], QUICK)?;
+    let ip_text = format!("{}{}", ip.stdout, ip.stderr);
+    if !ip_text.contains("that host's 127.0.0.1") {
+        return Err(format!("`vm ip` of a remote user-mode VM: {ip_text}"));
+    }
+
+    // libvirtd restarted under the running VM: nubo, over TLS again, still sees it running.
+    lv.restart()?;
+    if ls_state(&root, A)? != "running" {
+        return Err(format!("{A} is not running after libvirtd restarted"));
     }
 
     // rm of both leaves the base volume, and nothing else of theirs.

@@ -845,6 +845,16 @@ impl Backend for LibvirtBackend {
                     ),
                 })
             }
+            // The forward listens on the remote host's 127.0.0.1, which this host cannot reach.
+            (None, Some(p)) if !st.uri.is_local() => Ok(Reach {
+                ssh: None,
+                guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
+                predicted: false,
+                network: format!(
+                    "user-mode networking on the libvirt host of `{}`, SSH forwarded from that host's 127.0.0.1:{p} (reach it through that host, e.g. ssh -J)",
+                    st.uri
+                ),
+            }),
             (None, Some(p)) => Ok(Reach {
                 ssh: Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p)),
                 guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
@@ -1456,6 +1466,24 @@ mod tests_unit {
         let e = b.spec_uri(&spec).unwrap_err();
 
         assert!(e.to_string().contains("`ext`"), "{e}");
+    }
+
+    #[test]
+    fn reach_remote_user_mode_has_no_local_ssh_endpoint() {
+        let b = LibvirtBackend::new(None);
+        let state = serde_json::json!({"uri": "qemu+tls://hv1.example/system", "pool": "p", "network": null,
+            "mac": null, "ssh_port": 2222, "seed_volume": null, "console_log": "/x"});
+        let vm = VmRef {
+            name: "web",
+            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60",
+            vm_dir: Path::new("/a/vms/web"),
+            state: &state,
+        };
+
+        let r = b.reach(&vm).unwrap();
+
+        assert_eq!(r.ssh, None);
+        assert!(r.network.contains("that host's 127.0.0.1:2222"), "{}", r.network);
     }
 
     #[test]
