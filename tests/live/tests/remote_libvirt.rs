@@ -179,7 +179,57 @@ fn remote() -> TestResult {
     create(&root, A, &uri, &empty.path().display().to_string())?.refused(&["--tls-dir", "cacert.pem"])?;
     vms_empty(&root, "after the refusals")?;
 
-    // The first VM uploads the base once.
+    // A create killed while it uploads the base (as if this host dropped mid-create) leaves a
+    // partial base volume its process could not delete; the next create does not trust it.
+    let pool_dir = root.root().join("libvirt-pool");
+    let mut cmd = root.cmd()?;
+    cmd.args([
+        "vm",
+        "create",
+        A,
+        "--image",
+        "debian:12",
+        "--backend",
+        "libvirt",
+        "--connect",
+        &uri,
+        "--tls-dir",
+        &tls,
+        "--restrict-network",
+        "--memory",
+        "512M",
+        "--vcpus",
+        "1",
+    ])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut g = nubo_live::Guard::spawn(&mut cmd, "nubo vm create")?;
+    let deadline = Instant::now() + QUICK;
+    let partial = loop {
+        let found = fs::read_dir(&pool_dir).into_iter().flatten().flatten().find_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("nubo-base-").then_some(e.path())
+        });
+        if let Some(p) = found {
+            break Some(p);
+        }
+        if g.exited().is_some() || Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    g.kill();
+    match &partial {
+        Some(p) => println!(
+            "killed create during the base upload: {} had {} bytes allocated",
+            p.display(),
+            fs::metadata(p).map(|m| m.blocks() * 512).unwrap_or(0)
+        ),
+        None => return Err("the killed create never made a base volume".into()),
+    }
+
+    // The first VM (converging from the killed create) uploads the base once.
     let t = Instant::now();
     create(&root, A, &uri, &tls)?.require()?;
     println!(

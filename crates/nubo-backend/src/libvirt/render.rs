@@ -273,12 +273,13 @@ pub fn disk_volume(name: &str, capacity: u64, base: &Path, base_format: &str, ow
 }
 
 /// A base volume (`nubo-base-<digest>.<format>`, [`super::base`]): `len` bytes the upload
-/// fills, created raw so libvirt writes no header of its own over them. Owned by the daemon's
+/// fills, created raw and sparse (allocation 0: the upload writes every byte) so libvirt
+/// writes no header of its own over them and allocates nothing twice. Owned by the daemon's
 /// user, 0644: one base is shared by every VM on the host, read by each VM's QEMU under
 /// whatever user the host's qemu.conf gives it; guest writes go to the 0600 overlays.
 pub fn base_volume(name: &str, len: u64) -> String {
     format!(
-        "<volume type='file'>\n  <name>{}</name>\n  <capacity unit='bytes'>{len}</capacity>\n  <allocation unit='bytes'>{len}</allocation>\n  <target>\n    <format type='raw'/>\n    <permissions>\n      <mode>0644</mode>\n    </permissions>\n  </target>\n</volume>\n",
+        "<volume type='file'>\n  <name>{}</name>\n  <capacity unit='bytes'>{len}</capacity>\n  <allocation unit='bytes'>0</allocation>\n  <target>\n    <format type='raw'/>\n    <permissions>\n      <mode>0644</mode>\n    </permissions>\n  </target>\n</volume>\n",
         escape(name)
     )
 }
