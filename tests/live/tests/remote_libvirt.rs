@@ -10,8 +10,10 @@
 //!   to the store's digest) and the OS disk volume backs onto it; a second VM reuses it (one
 //!   base volume, the same file: not uploaded again);
 //! - stop/start (the chain is checked on the host before the boot), domain UUID = record UUID;
+//! - a create killed during the base upload, then a create that converges;
 //! - `rm` of both VMs leaves the base volume; a base volume damaged behind nubo's back (an
-//!   upload killed half-way) fails verification and is replaced by the next create;
+//!   upload killed half-way) fails verification and is replaced by the next creates, two at
+//!   once (they take turns on the base: one upload, neither deletes the other's);
 //! - `image prune --connect` removes the base volume no disk backs onto, and says so.
 //!
 //! No guest is booted to cloud-init here: readiness still follows a console log file the
@@ -348,11 +350,19 @@ fn remote() -> TestResult {
         f.seek(SeekFrom::Start(1 << 20)).map_err(|e| e.to_string())?;
         f.write_all(&[0xa5; 4096]).map_err(|e| e.to_string())?;
     }
-    create(&root, A, &uri, &tls)?.require()?;
+    // Two creates at once: they take turns on the base, so neither deletes the other's upload.
+    let (ra, rb) = std::thread::scope(|sc| {
+        let a = sc.spawn(|| create(&root, A, &uri, &tls));
+        let b = sc.spawn(|| create(&root, B, &uri, &tls));
+        (a.join(), b.join())
+    });
+    ra.map_err(|_| "create thread panicked")??.require()?;
+    rb.map_err(|_| "create thread panicked")??.require()?;
     if sha256(std::path::Path::new(&base_path))? != base_sha || bases(&lv, &pool)? != b {
-        return Err("the damaged base volume was not replaced by a verified one".into());
+        return Err("the damaged base volume was not replaced by one verified one".into());
     }
     nubo(&root, &["vm", "rm", "--force", A], QUICK)?.require()?;
+    nubo(&root, &["vm", "rm", "--force", B], QUICK)?.require()?;
 
     // prune removes the base volume no disk backs onto, and names it.
     let p = nubo(&root, &["image", "prune", "--connect", &uri, "--tls-dir", &tls], QUICK)?.require()?;

@@ -131,6 +131,10 @@ pub fn ensure(
     base: &Path,
     format: &str,
 ) -> Result<BaseVolume, BackendError> {
+    // Creates from this host's nubo processes (or a daemon's threads) for the same base take
+    // turns: a second would see the first's volume half-uploaded, fail to verify it and
+    // delete it under the upload.
+    let _turn = upload_turn(base)?;
     let digest = local_digest(base)?;
     let name = volume_name(&digest, format);
     let len = std::fs::metadata(base)
@@ -168,6 +172,34 @@ pub fn ensure(
         Err(e) => {
             let _ = vol.delete();
             Err(e)
+        }
+    }
+}
+
+/// How long a create waits for another one uploading the same base (gigabytes over a WAN).
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// An exclusive flock on the base file itself (read-only, never written), waited for with a
+/// deadline.
+fn upload_turn(base: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, BackendError> {
+    use nix::fcntl::{Flock, FlockArg};
+    let t0 = std::time::Instant::now();
+    loop {
+        let f = std::fs::File::open(base).map_err(io_err(format!("opening base {}", base.display())))?;
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => return Ok(l),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) if t0.elapsed() < TURN_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err((_, e)) => {
+                return Err(BackendError::Remote {
+                    what: format!("base {}", base.display()),
+                    detail: format!(
+                        "another nubo create is uploading it to a libvirt host and did not finish within {}s ({e}): try again once it has",
+                        TURN_WAIT.as_secs()
+                    ),
+                })
+            }
         }
     }
 }
