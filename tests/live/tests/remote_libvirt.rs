@@ -4,8 +4,8 @@
 //! `qemu+tls://10.250.77.1/system` by `nubo` itself with `--tls-dir`:
 //!
 //! - `doctor --connect --tls-dir` checks the three client files and the remote daemon;
-//! - an unreachable host (a closed port) and a missing TLS directory are refused with a clear
-//!   error and leave nothing; the next create converges;
+//! - an unreachable host (a closed port), a missing TLS directory and `--wait` (not remote
+//!   yet) are refused with a clear error and leave nothing; the next create converges;
 //! - the base is uploaded once into the pool as `nubo-base-<sha256/16>.qcow2` (its bytes hash
 //!   to the store's digest) and the OS disk volume backs onto it; a second VM reuses it (one
 //!   base volume, the same file: not uploaded again);
@@ -179,6 +179,26 @@ fn remote() -> TestResult {
     .refused(&["unreachable"])?;
     let empty = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     create(&root, A, &uri, &empty.path().display().to_string())?.refused(&["--tls-dir", "cacert.pem"])?;
+    nubo(
+        &root,
+        &[
+            "vm",
+            "create",
+            A,
+            "--image",
+            "debian:12",
+            "--backend",
+            "libvirt",
+            "--connect",
+            &uri,
+            "--tls-dir",
+            &tls,
+            "--restrict-network",
+            "--wait",
+        ],
+        QUICK,
+    )?
+    .refused(&["--wait cannot follow a VM on a remote libvirt host"])?;
     vms_empty(&root, "after the refusals")?;
 
     // A create killed while it uploads the base (as if this host dropped mid-create) leaves a
