@@ -34,6 +34,7 @@ const QUICK: Duration = Duration::from_secs(180);
 const CREATE: Duration = Duration::from_secs(420);
 const A: &str = "rv1";
 const B: &str = "rv2";
+const C: &str = "rv3";
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
@@ -118,7 +119,7 @@ fn remote() -> TestResult {
     let root = TestRoot::new()?;
     let image = root.with_debian_image()?;
     let base_sha = sha256(&image.qcow2)?;
-    let _cleanup = Cleanup::new(&root, &[A, B]);
+    let _cleanup = Cleanup::new(&root, &[A, B, C]);
 
     // doctor: the three files (from --tls-dir) and the daemon behind the URI.
     let d = nubo(&root, &["doctor", "--connect", &uri, "--tls-dir", &tls], QUICK)?;
@@ -348,6 +349,23 @@ fn remote() -> TestResult {
         return Err(format!("{A} is not running after libvirtd restarted"));
     }
 
+    // A base volume damaged behind nubo's back (as an upload killed half-way leaves it) does
+    // not verify; while disks back onto it, a create is refused naming them and nothing of it
+    // is left (deleting the base would pull the floor from under the running VMs).
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(&base_path)
+            .map_err(|e| format!("{base_path}: {e}"))?;
+        f.seek(SeekFrom::Start(1 << 20)).map_err(|e| e.to_string())?;
+        f.write_all(&[0xa5; 4096]).map_err(|e| e.to_string())?;
+    }
+    create(&root, C, &uri, &tls)?.refused(&["does not verify", "back onto it", &format!("{A}.qcow2")])?;
+    if nubo(&root, &["vm", "inspect", C], QUICK)?.ok || volumes(&lv, &pool)?.iter().any(|v| v.starts_with(C)) {
+        return Err(format!("the refused create left {C} behind"));
+    }
+
     // rm of both leaves the base volume, and nothing else of theirs.
     nubo(&root, &["vm", "rm", "--force", A], QUICK)?.require()?;
     nubo(&root, &["vm", "rm", "--force", B], QUICK)?.require()?;
@@ -359,17 +377,8 @@ fn remote() -> TestResult {
         return Err("domains left after rm".into());
     }
 
-    // A base volume damaged behind nubo's back (as an upload killed half-way leaves it) does
-    // not verify: the next create deletes it and uploads the base again.
-    {
-        use std::io::{Seek, SeekFrom, Write};
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .open(&base_path)
-            .map_err(|e| format!("{base_path}: {e}"))?;
-        f.seek(SeekFrom::Start(1 << 20)).map_err(|e| e.to_string())?;
-        f.write_all(&[0xa5; 4096]).map_err(|e| e.to_string())?;
-    }
+    // With no disk backing onto it any more, the damaged base volume is deleted by the next
+    // create and uploaded again.
     // Two creates at once: they take turns on the base, so neither deletes the other's upload.
     let (ra, rb) = std::thread::scope(|sc| {
         let a = sc.spawn(|| create(&root, A, &uri, &tls));

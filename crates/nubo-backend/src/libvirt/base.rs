@@ -16,7 +16,7 @@ use std::path::Path;
 
 use ring::digest::{Context, SHA256};
 
-use super::ffi::{Connection, StoragePool, StorageVol};
+use super::ffi::{self, Connection, StoragePool, StorageVol};
 use super::{remote, render};
 use crate::BackendError;
 
@@ -102,23 +102,50 @@ pub struct BaseVolume {
     pub uploaded: bool,
 }
 
-/// Reads `vol` back through the download stream: it must hold exactly `len` bytes whose
-/// SHA-256 is `digest`.
-fn verify(conn: &Connection, vol: &StorageVol, name: &str, len: u64, digest: &str) -> Result<(), BackendError> {
+/// Reads `vol` back through the download stream: `Ok(None)` when it holds exactly `len`
+/// bytes whose SHA-256 is `digest`, `Ok(Some(why))` when it holds something else, an error
+/// when it could not be read (which proves nothing about it).
+fn verify(
+    conn: &Connection,
+    vol: &StorageVol,
+    name: &str,
+    len: u64,
+    digest: &str,
+) -> Result<Option<String>, BackendError> {
     let mut ctx = Context::new(&SHA256);
-    let got = conn
-        .download_to(vol, len, &mut |chunk| ctx.update(chunk))
-        .map_err(remote(format!("reading base volume `{name}` back")))?;
+    let got = match conn.download_to(vol, len, &mut |chunk| ctx.update(chunk)) {
+        Ok(n) => n,
+        // More bytes than the base: a mismatch, not a failure to read.
+        Err(e) if e.code == ffi::ERR_OVER_MAX => len + 1,
+        Err(e) => return Err(remote(format!("reading base volume `{name}` back"))(e)),
+    };
     let d = hex(ctx.finish().as_ref());
-    if got != len || d != digest {
-        return Err(BackendError::Remote {
-            what: format!("base volume `{name}`"),
-            detail: format!(
-                "it reads back as {got} bytes with sha256 {d}, not the base's {len} bytes with sha256 {digest}"
-            ),
-        });
+    Ok((got != len || d != digest).then(|| {
+        format!("it does not verify (it reads back as {got} bytes with sha256 {d}, not the base's {len} bytes with sha256 {digest})")
+    }))
+}
+
+fn mismatch(name: &str, why: String) -> BackendError {
+    BackendError::Remote {
+        what: format!("base volume `{name}`"),
+        detail: why,
     }
-    Ok(())
+}
+
+/// The volumes of `pool` whose backing store is `path`.
+fn users(pool: &StoragePool, pool_name: &str, path: &str) -> Result<Vec<String>, BackendError> {
+    let mut out = Vec::new();
+    for v in pool
+        .volumes()
+        .map_err(remote(format!("listing the volumes of pool `{pool_name}`")))?
+    {
+        let name = v.name().map_err(remote(format!("a volume of pool `{pool_name}`")))?;
+        let xml = v.xml().map_err(remote(format!("volume `{name}`")))?;
+        if super::xml::volume_backing(&xml).ok().flatten().as_deref() == Some(path) {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// The verified base volume for `base` (of `format`) in `pool` (named `pool_name`): reused if
@@ -145,19 +172,31 @@ pub fn ensure(
         .volume(&name)
         .map_err(remote(format!("looking up base volume `{name}`")))?
     {
-        match verify(conn, &v, &name, len, &digest) {
-            Ok(()) => {
-                let path = v.path().map_err(remote(format!("base volume `{name}`")))?;
+        let path = v.path().map_err(remote(format!("base volume `{name}`")))?;
+        match verify(conn, &v, &name, len, &digest)? {
+            None => {
                 return Ok(BaseVolume {
                     name,
                     path,
                     uploaded: false,
-                });
+                })
             }
-            // An upload killed half-way (its process could not delete it): made again.
-            Err(_) => v
-                .delete()
-                .map_err(remote(format!("deleting the unverified base volume `{name}`")))?,
+            // An upload killed half-way (its process could not delete it): made again, unless
+            // disks back onto it (then deleting it would pull the floor from under them).
+            Some(why) => {
+                let users = users(pool, pool_name, &path)?;
+                if !users.is_empty() {
+                    return Err(mismatch(
+                        &name,
+                        format!(
+                            "{why}; the disk volumes {} back onto it, so nubo leaves it: remove those VMs, then `nubo image prune --connect` and create again",
+                            users.join(", ")
+                        ),
+                    ));
+                }
+                v.delete()
+                    .map_err(remote(format!("deleting the unverified base volume `{name}`")))?
+            }
         }
     }
     let vol = pool
@@ -226,7 +265,9 @@ fn upload(
             base.display()
         )));
     }
-    verify(conn, vol, name, len, digest)?;
+    if let Some(why) = verify(conn, vol, name, len, digest)? {
+        return Err(mismatch(name, why));
+    }
     vol.path().map_err(remote(format!("base volume `{name}`")))
 }
 

@@ -122,6 +122,8 @@ pub const ERR_NO_DOMAIN: i32 = 42;
 pub const ERR_NO_NETWORK: i32 = 43;
 pub const ERR_NO_STORAGE_POOL: i32 = 49;
 pub const ERR_NO_STORAGE_VOL: i32 = 50;
+/// nubo's own code (libvirt's are positive): [`Connection::download_to`] stopped at its bound.
+pub const ERR_OVER_MAX: i32 = -1;
 /// `VIR_ERR_OPERATION_INVALID`: e.g. destroying a domain that is not running.
 pub const ERR_OPERATION_INVALID: i32 = 55;
 
@@ -553,7 +555,7 @@ impl Connection {
             if total > max {
                 st.abort();
                 return Err(VirtError {
-                    code: 0,
+                    code: ERR_OVER_MAX,
                     message: format!("the volume holds more than {max} bytes"),
                 });
             }
