@@ -1050,12 +1050,7 @@ fn disk_owned(pool: &str, vm_dir: &Path, base: Option<&Path>, backing: Option<&s
 fn check_remote_chain(pool: &ffi::StoragePool, vm: &str, base_volume: Option<&str>) -> Result<(), BackendError> {
     let disk = render::disk_volume_name(vm);
     let backing = base::backing_of(pool, &disk)?;
-    let named_base = backing
-        .as_deref()
-        .and_then(|b| Path::new(b).file_name())
-        .and_then(|n| n.to_str())
-        .is_some_and(base::is_base_volume);
-    if backing.is_none() || backing.as_deref() != base_volume || !named_base {
+    if !remote_chain_ok(backing.as_deref(), base_volume) {
         return Err(BackendError::Remote {
             what: format!("disk volume `{disk}`"),
             detail: format!(
@@ -1066,6 +1061,16 @@ fn check_remote_chain(pool: &ffi::StoragePool, vm: &str, base_volume: Option<&st
         });
     }
     Ok(())
+}
+
+/// [`check_remote_chain`]'s rule, pure: the overlay backs onto exactly the recorded volume,
+/// and that is a base volume nubo names.
+fn remote_chain_ok(backing: Option<&str>, recorded: Option<&str>) -> bool {
+    let named_base = backing
+        .and_then(|b| Path::new(b).file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(base::is_base_volume);
+    backing.is_some() && backing == recorded && named_base
 }
 
 /// nubo's own pool name for the NUBO_ROOT `root` (`nubo image prune --connect`).
@@ -1466,6 +1471,17 @@ mod tests_unit {
         let e = b.spec_uri(&spec).unwrap_err();
 
         assert!(e.to_string().contains("`ext`"), "{e}");
+    }
+
+    #[test]
+    fn remote_chain_ok_only_over_the_recorded_base_volume() {
+        let b = "/p/nubo-base-0123456789abcdef.qcow2";
+
+        assert!(remote_chain_ok(Some(b), Some(b)));
+        assert!(!remote_chain_ok(Some("/etc/shadow"), Some("/etc/shadow")));
+        assert!(!remote_chain_ok(Some(b), Some("/p/nubo-base-fedcba9876543210.qcow2")));
+        assert!(!remote_chain_ok(None, Some(b)));
+        assert!(!remote_chain_ok(Some(b), None));
     }
 
     #[test]
