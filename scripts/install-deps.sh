@@ -39,6 +39,8 @@ apt_get install -y -qq --no-install-recommends docker-registry apache2-utils sko
 apt_get install -y -qq --no-install-recommends "${backports[@]}" \
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-network \
   libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
+# The remote-host test's libvirtd listens for TLS with a CA and certificates it makes with openssl.
+$SUDO apt-get install -y -qq --no-install-recommends openssl
 # The libvirt benchmark's peer (virt-install --import).
 apt_get install -y -qq --no-install-recommends virtinst
 # virtiofsd for shared folders (vm create --mount) over virtio-fs. Debian 12 has no package (QEMU

@@ -363,6 +363,12 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<PathBuf>, BackendError> {
         Ok(None)
     }
+    /// Whether the OS disk [`store_disk`](Self::store_disk) made lives on another host (a
+    /// remote libvirt pool), where this host cannot open it: the engine then leaves the
+    /// chain check before each boot to the backend, which checks it where the disk is.
+    fn disk_is_remote(&self, _state: &serde_json::Value) -> bool {
+        false
+    }
     /// Makes the backend's per-VM files (a UEFI variable store, say) and returns its state,
     /// which the engine records. Called once, at create, after the disk and seed exist.
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError>;

@@ -94,6 +94,10 @@ pub struct Disk {
     /// when this is set.
     #[serde(skip)]
     pub chain_inspected: bool,
+    /// The overlay is a volume on a remote host (`Backend::disk_is_remote`): its chain is
+    /// checked there by the backend, not opened here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remote: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,6 +15,11 @@ impl Engine {
     /// `rec`'s machine with its disk chain proven just now, for one boot or restore.
     pub(crate) fn inspected_machine(&self, rec: &VmRecord) -> Result<MachineSpec, EngineError> {
         let disk = &rec.machine.disk;
+        // A remote host's overlay volume cannot be opened here: the backend checks its chain
+        // where it is (libvirt: it backs onto the digest-verified base volume), before the boot.
+        if disk.remote {
+            return Ok(rec.machine.clone());
+        }
         let chain = nubo_backend::chain::verify(disk, &disk.overlay).map_err(|e| EngineError::DiskChain {
             name: rec.name.clone(),
             base: disk.base.clone(),

@@ -32,6 +32,8 @@ pub struct Libvirtd {
     dir: tempfile::TempDir,
     pub ns: String,
     pub uri: String,
+    /// With [`Options::tls`]: `qemu+tls://<addr>/system` and the client's `--tls-dir`.
+    pub tls: Option<(String, PathBuf)>,
     libvirtd: Option<Guard>,
 }
 
@@ -67,6 +69,24 @@ pub struct Options {
     /// libvirt's `dynamic_ownership = 1`: it chowns every file of a domain to the domain's DAC
     /// label unless the label says `relabel='no'` (the default test libvirtd never relabels).
     pub dynamic_ownership: bool,
+    /// Listen for TLS (`qemu+tls://`) on the namespace's end of a veth pair: libvirtd at
+    /// `.0`, this host's end at `.1` (a /30 of 10.250.0.0/16, nothing routed beyond it), with
+    /// certificates the harness makes ([`crate::libvirt_tls`]).
+    pub tls: Option<TlsListen>,
+}
+
+/// The veth pair of a TLS-listening libvirtd: addresses `<net>.1` (namespace, libvirtd) and
+/// `<net>.2` (this host), a /30.
+#[derive(Debug, Clone, Copy)]
+pub struct TlsListen {
+    /// The first three octets, e.g. `10.250.77`.
+    pub net: &'static str,
+}
+
+impl TlsListen {
+    pub fn server_addr(&self) -> String {
+        format!("{}.1", self.net)
+    }
 }
 
 impl Libvirtd {
@@ -101,14 +121,25 @@ impl Libvirtd {
         // No network of the host's configuration comes along (the test defines its own).
         let _ = fs::remove_dir_all(d.join("etc/qemu/networks"));
         let sock = d.join("sock");
-        write(
-            &d.join("etc/libvirtd.conf"),
-            &format!(
-                "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"{}\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
-                sock.display(),
-                if opts.open_socket { "0777" } else { "0700" }
-            ),
-        )?;
+        let mut conf = format!(
+            "unix_sock_dir = \"{}\"\nunix_sock_rw_perms = \"{}\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n",
+            sock.display(),
+            if opts.open_socket { "0777" } else { "0700" }
+        );
+        let mut tls = None;
+        if let Some(t) = opts.tls {
+            let pki = crate::libvirt_tls::make(&d.join("pki"), &t.server_addr())?;
+            let s = |f: &str| pki.server.join(f).display().to_string();
+            conf.push_str(&format!(
+                "listen_tls = 1\nlisten_tcp = 0\nlisten_addr = \"{}\"\nauth_tls = \"none\"\nca_file = \"{}\"\ncert_file = \"{}\"\nkey_file = \"{}\"\n",
+                t.server_addr(),
+                s("cacert.pem"),
+                s("servercert.pem"),
+                s("serverkey.pem")
+            ));
+            tls = Some((format!("qemu+tls://{}/system", t.server_addr()), pki.client));
+        }
+        write(&d.join("etc/libvirtd.conf"), &conf)?;
         write(
             &d.join("etc/qemu.conf"),
             &format!(
@@ -126,6 +157,7 @@ impl Libvirtd {
         let mut me = Libvirtd {
             uri: format!("qemu:///system?socket={}/libvirt-sock", sock.display()),
             ns: ns.clone(),
+            tls,
             dir,
             libvirtd: None,
         };
@@ -135,11 +167,15 @@ impl Libvirtd {
             QUICK,
         )?
         .require()?;
+        if let Some(t) = opts.tls {
+            me.veth(&t)?;
+        }
         let script = format!(
             "{}; virtlogd </dev/null >{d}/virtlogd.out 2>&1 & echo $! > {d}/virtlogd.pid; \
-             exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >{d}/libvirtd.out 2>&1",
+             exec libvirtd {listen}--pid-file {d}/libvirtd.pid </dev/null >{d}/libvirtd.out 2>&1",
             mounts(&d),
-            d = d.display()
+            d = d.display(),
+            listen = if opts.tls.is_some() { "--listen " } else { "" }
         );
         me.spawn(&script)?;
         let net = d.join("net.xml");
@@ -152,6 +188,28 @@ impl Libvirtd {
         me.virsh(&["net-define", &net.display().to_string()])?.require()?;
         me.virsh(&["net-start", "default"])?.require()?;
         Ok(me)
+    }
+
+    /// The veth pair of [`Options::tls`]: the host end named after the namespace, its peer
+    /// moved in; deleting the namespace deletes both.
+    fn veth(&self, t: &TlsListen) -> Result<(), String> {
+        let host = format!("nlvh{}", &self.ns[self.ns.len().saturating_sub(6)..]);
+        let sh = |args: &[&str]| -> Result<(), String> {
+            run(Command::new("ip").args(args), QUICK)?.require()?;
+            Ok(())
+        };
+        sh(&[
+            "link", "add", &host, "type", "veth", "peer", "name", "nlvtls0", "netns", &self.ns,
+        ])?;
+        sh(&["addr", "add", &format!("{}.2/30", t.net), "dev", &host])?;
+        sh(&["link", "set", &host, "up"])?;
+        let ns = |args: &[&str]| -> Result<(), String> {
+            let mut full = vec!["netns", "exec", &self.ns, "ip"];
+            full.extend_from_slice(args);
+            sh(&full)
+        };
+        ns(&["addr", "add", &format!("{}/30", t.server_addr()), "dev", "nlvtls0"])?;
+        ns(&["link", "set", "nlvtls0", "up"])
     }
 
     /// Runs `script` (mounts, then `exec libvirtd`) in the namespace and waits for libvirtd.
@@ -192,9 +250,10 @@ impl Libvirtd {
         }
         let d = self.dir.path().to_path_buf();
         let script = format!(
-            "{}; exec libvirtd --pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
+            "{}; exec libvirtd {listen}--pid-file {d}/libvirtd.pid </dev/null >>{d}/libvirtd.out 2>&1",
             mounts(&d),
-            d = d.display()
+            d = d.display(),
+            listen = if self.tls.is_some() { "--listen " } else { "" }
         );
         self.spawn(&script)
     }

@@ -73,6 +73,9 @@ fn probe(name: &str) -> Result<(), String> {
                     Err("the test's libvirtd runs in a network namespace it makes: run as root".to_owned())
                 }
             }),
+        // A libvirtd listening for TLS in its namespace (the remote-host test): libvirt's
+        // prerequisites, and openssl to make its CA, server and client certificates.
+        "libvirt-tls" => probe("libvirt").and_then(|()| tool("openssl", "openssl")),
         // Shared folders over virtio-fs (vm create --mount): found where the qemu backend looks.
         "virtiofsd" => nubo_backend::qemu::mounts::find_virtiofsd(&nubo_backend::HostEnv::from_process()).map(|_| ()).ok_or_else(|| {
             "virtiofsd not found on PATH or in /usr/libexec: run scripts/install-deps.sh (Debian 12 has no package; it builds virtiofsd 1.14.0 from crates.io)".to_owned()

@@ -127,6 +127,7 @@ fn non_root() -> TestResult {
     let lv = Libvirtd::start_with(Options {
         open_socket: true,
         dynamic_ownership: true,
+        ..Options::default()
     })?;
     let caller = Caller::add()?;
     let id = (caller.uid, caller.gid);

@@ -81,6 +81,8 @@ struct Api {
     vol_upload: unsafe extern "C" fn(Ptr, Ptr, c_ulonglong, c_ulonglong, c_uint) -> c_int,
     vol_download: unsafe extern "C" fn(Ptr, Ptr, c_ulonglong, c_ulonglong, c_uint) -> c_int,
     vol_delete: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
+    vol_get_name: unsafe extern "C" fn(Ptr) -> *const c_char,
+    pool_list_all_volumes: unsafe extern "C" fn(Ptr, *mut *mut Ptr, c_uint) -> c_int,
     vol_free: unsafe extern "C" fn(Ptr) -> c_int,
     snapshot_create_xml: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> Ptr,
     snapshot_lookup_by_name: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> Ptr,
@@ -120,6 +122,8 @@ pub const ERR_NO_DOMAIN: i32 = 42;
 pub const ERR_NO_NETWORK: i32 = 43;
 pub const ERR_NO_STORAGE_POOL: i32 = 49;
 pub const ERR_NO_STORAGE_VOL: i32 = 50;
+/// nubo's own code (libvirt's are positive): [`Connection::download_to`] stopped at its bound.
+pub const ERR_OVER_MAX: i32 = -1;
 /// `VIR_ERR_OPERATION_INVALID`: e.g. destroying a domain that is not running.
 pub const ERR_OPERATION_INVALID: i32 = 55;
 
@@ -190,6 +194,8 @@ fn load() -> Result<Api, String> {
         vol_upload: sym!(lib, "virStorageVolUpload"),
         vol_download: sym!(lib, "virStorageVolDownload"),
         vol_delete: sym!(lib, "virStorageVolDelete"),
+        vol_get_name: sym!(lib, "virStorageVolGetName"),
+        pool_list_all_volumes: sym!(lib, "virStoragePoolListAllVolumes"),
         vol_free: sym!(lib, "virStorageVolFree"),
         snapshot_create_xml: sym!(lib, "virDomainSnapshotCreateXML"),
         snapshot_lookup_by_name: sym!(lib, "virDomainSnapshotLookupByName"),
@@ -473,6 +479,90 @@ impl Connection {
             }
         }
         st.finish()
+    }
+
+    /// Uploads exactly `len` bytes read from `src` into `vol` through the volume upload
+    /// stream, in chunks (a base image of gigabytes is never held in memory). `src` sees every
+    /// chunk before it is sent; an error from it, a short source or a libvirt error aborts the
+    /// stream, so libvirt never finishes a partial upload.
+    pub fn upload_from(&self, vol: &StorageVol, len: u64, src: &mut dyn std::io::Read) -> Result<(), VirtError> {
+        let mut st = self.new_stream()?;
+        // SAFETY: live volume and stream; offset 0, the whole length.
+        check(self.api, unsafe { (self.api.vol_upload)(vol.ptr, st.ptr, 0, len, 0) })?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut left = len;
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = match src.read(&mut buf[..want]) {
+                Ok(0) => {
+                    st.abort();
+                    return Err(VirtError {
+                        code: 0,
+                        message: format!("the source ended {left} bytes early"),
+                    });
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    st.abort();
+                    return Err(VirtError {
+                        code: 0,
+                        message: format!("reading the source: {e}"),
+                    });
+                }
+            };
+            let mut off = 0;
+            while off < n {
+                // SAFETY: the pointer and length describe a live slice.
+                let sent = unsafe { (self.api.stream_send)(st.ptr, buf[off..n].as_ptr().cast(), n - off) };
+                let sent = match check(self.api, sent) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        st.abort();
+                        return Err(e);
+                    }
+                };
+                off += sent as usize;
+            }
+            left -= n as u64;
+        }
+        st.finish()
+    }
+
+    /// Reads all of `vol` through the volume download stream, handing each chunk to `sink`;
+    /// returns the byte count. Stops (aborting the stream) past `max` bytes.
+    pub fn download_to(&self, vol: &StorageVol, max: u64, sink: &mut dyn FnMut(&[u8])) -> Result<u64, VirtError> {
+        let mut st = self.new_stream()?;
+        // SAFETY: live volume and stream; offset 0, length 0 = to the end.
+        check(self.api, unsafe { (self.api.vol_download)(vol.ptr, st.ptr, 0, 0, 0) })?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut total = 0u64;
+        loop {
+            // SAFETY: `buf` is a live, writable buffer of its length.
+            let n = match check(self.api, unsafe {
+                (self.api.stream_recv)(st.ptr, buf.as_mut_ptr().cast(), buf.len())
+            }) {
+                Ok(n) => n as usize,
+                Err(e) => {
+                    st.abort();
+                    return Err(e);
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+            if total > max {
+                st.abort();
+                return Err(VirtError {
+                    code: ERR_OVER_MAX,
+                    message: format!("the volume holds more than {max} bytes"),
+                });
+            }
+            sink(&buf[..n]);
+        }
+        st.finish()?;
+        Ok(total)
     }
 
     /// Downloads at most `max` bytes of `vol` through the volume download stream.
@@ -769,6 +859,28 @@ impl StoragePool {
         )
     }
 
+    /// Every volume of the pool.
+    pub fn volumes(&self) -> Result<Vec<StorageVol>, VirtError> {
+        let mut list: *mut Ptr = std::ptr::null_mut();
+        // SAFETY: live pool, valid out-pointer; flags 0.
+        let n = check(self.api, unsafe {
+            (self.api.pool_list_all_volumes)(self.ptr, &mut list, 0)
+        })?;
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n as usize {
+            // SAFETY: libvirt returned `n` volume pointers in a malloc'd array.
+            let v = unsafe { *list.add(i) };
+            if !v.is_null() {
+                out.push(StorageVol::wrap(self.api, v)?);
+            }
+        }
+        if !list.is_null() {
+            // SAFETY: the array itself was malloc'd by libvirt; its entries are now owned above.
+            unsafe { libc::free(list.cast()) };
+        }
+        Ok(out)
+    }
+
     pub fn create_volume(&self, xml: &str) -> Result<StorageVol, VirtError> {
         let x = cstring(xml)?;
         // SAFETY: live pool, NUL-terminated XML.
@@ -780,6 +892,16 @@ impl StorageVol {
     pub fn path(&self) -> Result<String, VirtError> {
         // SAFETY: live volume.
         take_string(self.api, unsafe { (self.api.vol_get_path)(self.ptr) })
+    }
+
+    pub fn name(&self) -> Result<String, VirtError> {
+        // SAFETY: live volume; the string is owned by the volume object, copied at once.
+        let p = unsafe { (self.api.vol_get_name)(self.ptr) };
+        if p.is_null() {
+            return Err(last_error(self.api));
+        }
+        // SAFETY: non-null, NUL-terminated, valid while the volume lives.
+        Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
 
     /// The volume's XML as libvirt describes it (format, capacity, backing store).

@@ -7,9 +7,11 @@
 //! Every domain nubo defines carries nubo's `<metadata>` with the VM's directory; a domain
 //! without it (or with another directory) is never adopted, stopped or removed.
 
+pub mod base;
 pub mod ffi;
 pub mod mounts;
 pub mod render;
+pub mod tls;
 pub mod xml;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -89,6 +91,10 @@ pub struct LibvirtState {
     /// nubo's own, a volume of that name is nubo's only when this is its backing store.
     #[serde(default)]
     pub base: Option<PathBuf>,
+    /// On a remote host: the path there of the base volume (`nubo-base-<digest>.<format>`,
+    /// [`base`]) the OS disk volume sits on instead of `base`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_volume: Option<String>,
     pub console_log: PathBuf,
     /// Whether the network must be restricted (user-mode `restrict=on`).
     #[serde(default)]
@@ -300,7 +306,7 @@ impl LibvirtBackend {
             seed,
             os_disk,
             net,
-            console_log: &st.console_log,
+            console_log: st.uri.is_local().then_some(st.console_log.as_path()),
             dac: system.then(caller),
         })
     }
@@ -322,6 +328,7 @@ impl LibvirtBackend {
             ssh_port: None,
             seed_volume: Some(render::seed_volume_name(vm.name)),
             base: None,
+            base_volume: None,
             console_log: vm.vm_dir.join("console.log"),
             restrict: false,
         })
@@ -525,6 +532,7 @@ impl Backend for LibvirtBackend {
             ssh_port,
             seed_volume: None,
             base: Some(spec.disk.base.clone()),
+            base_volume: None,
             console_log: spec.vm_dir.join("console.log"),
             restrict,
         };
@@ -555,20 +563,27 @@ impl Backend for LibvirtBackend {
         state: &serde_json::Value,
         size: u64,
     ) -> Result<Option<PathBuf>, BackendError> {
-        let (st, _conn, pool) = self.recorded_pool(spec, state)?;
+        let (st, conn, pool) = self.recorded_pool(spec, state)?;
         let name = render::disk_volume_name(&spec.name);
+        // On a remote host the store's base file is not there: the overlay backs onto the
+        // base's content-addressed volume in the pool, uploaded once and verified.
+        let backing = if st.uri.is_local() {
+            spec.disk.base.clone()
+        } else {
+            PathBuf::from(base::ensure(&conn, &pool, &st.pool, &spec.disk.base, &spec.disk.base_format)?.path)
+        };
         // A volume of ours left by a killed create is replaced; anyone else's is refused.
         if let Some(old) = pool
             .volume(&name)
             .map_err(remote(format!("looking up volume `{name}`")))?
         {
-            if !disk_is_ours(&old, &st.pool, &spec.vm_dir, Some(&spec.disk.base), &name)? {
+            if !disk_is_ours(&old, &st.pool, &spec.vm_dir, Some(&backing), &name)? {
                 return Err(foreign_disk(&name, &st.pool));
             }
             old.delete()
                 .map_err(remote(format!("deleting the stale disk volume `{name}`")))?;
         }
-        let xml = render::disk_volume(&name, size, &spec.disk.base, &spec.disk.base_format, caller());
+        let xml = render::disk_volume(&name, size, &backing, &spec.disk.base_format, caller());
         let vol = pool
             .create_volume(&xml)
             .map_err(remote(format!("creating disk volume `{name}` in pool `{}`", st.pool)))?;
@@ -635,6 +650,12 @@ impl Backend for LibvirtBackend {
             detail: e,
         })?;
         let (network, restrict) = self.net_for(&conn, spec)?;
+        let base_volume = if uri.is_local() {
+            None
+        } else {
+            let pool = self.ensure_pool(&conn, spec)?;
+            base::backing_of(&pool, &render::disk_volume_name(&spec.name))?
+        };
         let st = LibvirtState {
             uri,
             pool: pool_of(spec),
@@ -651,6 +672,7 @@ impl Backend for LibvirtBackend {
                 .filter(|s| s.format == SeedFormat::Iso)
                 .map(|_| render::seed_volume_name(&spec.name)),
             base: Some(spec.disk.base.clone()),
+            base_volume,
             console_log: spec.vm_dir.join("console.log"),
             restrict,
         };
@@ -671,7 +693,10 @@ impl Backend for LibvirtBackend {
         let conn = connect(&st.uri)?;
         // The disk and seed are volumes of the pool: after a host reboot nubo's own pool (not
         // autostarted) is inactive and the domain would not find them.
-        self.ensure_pool(&conn, spec)?;
+        let pool = self.ensure_pool(&conn, spec)?;
+        if !st.uri.is_local() {
+            check_remote_chain(&pool, &spec.name, st.base_volume.as_deref())?;
+        }
         if self.own_domain(&conn, &spec.name, &spec.vm_dir)?.is_none() {
             return Err(BackendError::Remote {
                 what: format!("domain `{}`", spec.name),
@@ -791,7 +816,8 @@ impl Backend for LibvirtBackend {
                 .volume(&disk)
                 .map_err(remote(format!("looking up volume `{disk}`")))?
             {
-                if disk_is_ours(&v, &st.pool, vm.vm_dir, st.base.as_deref(), &disk)? {
+                let backing = st.base_volume.as_deref().map(Path::new).or(st.base.as_deref());
+                if disk_is_ours(&v, &st.pool, vm.vm_dir, backing, &disk)? {
                     v.delete().map_err(remote(format!("deleting disk volume `{disk}`")))?;
                 }
             }
@@ -819,6 +845,16 @@ impl Backend for LibvirtBackend {
                     ),
                 })
             }
+            // The forward listens on the remote host's 127.0.0.1, which this host cannot reach.
+            (None, Some(p)) if !st.uri.is_local() => Ok(Reach {
+                ssh: None,
+                guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
+                predicted: false,
+                network: format!(
+                    "user-mode networking on the libvirt host of `{}`, SSH forwarded from that host's 127.0.0.1:{p} (reach it through that host, e.g. ssh -J)",
+                    st.uri
+                ),
+            }),
             (None, Some(p)) => Ok(Reach {
                 ssh: Some(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), p)),
                 guest_addresses: vec![crate::qemu::USER_NET_GUEST_ADDR.into()],
@@ -956,6 +992,10 @@ impl Backend for LibvirtBackend {
         dom.resume().map_err(remote(format!("resuming domain `{}`", vm.name)))
     }
 
+    fn disk_is_remote(&self, state: &serde_json::Value) -> bool {
+        serde_json::from_value::<LibvirtState>(state.clone()).is_ok_and(|s| !s.uri.is_local())
+    }
+
     fn lease_hostname(&self, vm: &VmRef) -> Option<String> {
         self.lease_of(vm).ok().flatten()
     }
@@ -1002,6 +1042,53 @@ fn disk_is_ours(
 /// [`disk_is_ours`]'s rule, pure: nubo's own pool, or a backing store that is the VM's base.
 fn disk_owned(pool: &str, vm_dir: &Path, base: Option<&Path>, backing: Option<&str>) -> bool {
     pool == own_pool_name(vm_dir) || matches!((base, backing), (Some(b), Some(x)) if Path::new(x) == b)
+}
+
+/// On a remote host, before each boot, in place of the engine's local chain check: the OS disk
+/// volume still backs onto the base volume recorded at create (content-addressed, verified by
+/// its read-back digest then), and nothing else.
+fn check_remote_chain(pool: &ffi::StoragePool, vm: &str, base_volume: Option<&str>) -> Result<(), BackendError> {
+    let disk = render::disk_volume_name(vm);
+    let backing = base::backing_of(pool, &disk)?;
+    if !remote_chain_ok(backing.as_deref(), base_volume) {
+        return Err(BackendError::Remote {
+            what: format!("disk volume `{disk}`"),
+            detail: format!(
+                "it backs onto {}, not the base volume {} recorded at create: remove the VM (`nubo vm rm --force {vm}`) and create it again",
+                backing.as_deref().unwrap_or("nothing"),
+                base_volume.unwrap_or("(none)")
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// [`check_remote_chain`]'s rule, pure: the overlay backs onto exactly the recorded volume,
+/// and that is a base volume nubo names.
+fn remote_chain_ok(backing: Option<&str>, recorded: Option<&str>) -> bool {
+    let named_base = backing
+        .and_then(|b| Path::new(b).file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(base::is_base_volume);
+    backing.is_some() && backing == recorded && named_base
+}
+
+/// nubo's own pool name for the NUBO_ROOT `root` (`nubo image prune --connect`).
+pub fn own_pool_for_root(root: &Path) -> String {
+    own_pool_name(&root.join("vms").join("x"))
+}
+
+/// `nubo image prune --connect URI`: deletes the base volumes of `pool` at `uri` no OS disk
+/// volume backs onto; returns their names (only names them with `dry_run`).
+pub fn prune_base_volumes(uri: &ConnectUri, pool: &str, dry_run: bool) -> Result<Vec<String>, BackendError> {
+    let conn = connect(uri)?;
+    let Some(p) = conn.pool(pool).map_err(remote(format!("looking up pool `{pool}`")))? else {
+        return Ok(Vec::new());
+    };
+    if !p.is_active().map_err(remote(format!("pool `{pool}`")))? {
+        p.start().map_err(remote(format!("starting pool `{pool}`")))?;
+    }
+    base::prune(&p, pool, dry_run)
 }
 
 fn foreign_disk(name: &str, pool: &str) -> BackendError {
@@ -1384,6 +1471,35 @@ mod tests_unit {
         let e = b.spec_uri(&spec).unwrap_err();
 
         assert!(e.to_string().contains("`ext`"), "{e}");
+    }
+
+    #[test]
+    fn remote_chain_ok_only_over_the_recorded_base_volume() {
+        let b = "/p/nubo-base-0123456789abcdef.qcow2";
+
+        assert!(remote_chain_ok(Some(b), Some(b)));
+        assert!(!remote_chain_ok(Some("/etc/shadow"), Some("/etc/shadow")));
+        assert!(!remote_chain_ok(Some(b), Some("/p/nubo-base-fedcba9876543210.qcow2")));
+        assert!(!remote_chain_ok(None, Some(b)));
+        assert!(!remote_chain_ok(Some(b), None));
+    }
+
+    #[test]
+    fn reach_remote_user_mode_has_no_local_ssh_endpoint() {
+        let b = LibvirtBackend::new(None);
+        let state = serde_json::json!({"uri": "qemu+tls://hv1.example/system", "pool": "p", "network": null,
+            "mac": null, "ssh_port": 2222, "seed_volume": null, "console_log": "/x"});
+        let vm = VmRef {
+            name: "web",
+            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60",
+            vm_dir: Path::new("/a/vms/web"),
+            state: &state,
+        };
+
+        let r = b.reach(&vm).unwrap();
+
+        assert_eq!(r.ssh, None);
+        assert!(r.network.contains("that host's 127.0.0.1:2222"), "{}", r.network);
     }
 
     #[test]

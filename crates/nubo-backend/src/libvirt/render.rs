@@ -62,7 +62,9 @@ pub struct DomainParams<'a> {
     /// create finds and deletes it).
     pub os_disk: bool,
     pub net: Net,
-    pub console_log: &'a Path,
+    /// The serial log file virtlogd writes, on the daemon's host; `None` on a remote host,
+    /// where this host's VM directory does not exist (the console is read through the stream).
+    pub console_log: Option<&'a Path>,
     /// A static DAC label (`uid`, `gid`) with `relabel='no'`: QEMU runs as the caller and
     /// nothing of the caller's is chowned (a non-root caller on `qemu:///system`).
     pub dac: Option<(u32, u32)>,
@@ -203,10 +205,13 @@ pub fn domain(spec: &MachineSpec, d: &DomainParams<'_>) -> String {
         x.push_str("      <model type='virtio'/>\n    </interface>\n");
     }
     x.push_str(&super::mounts::filesystems(spec));
+    let log = d
+        .console_log
+        .map(|l| format!("      <log file='{}' append='off'/>\n", p(l)))
+        .unwrap_or_default();
     let _ = writeln!(
         x,
-        "    <serial type='pty'>\n      <log file='{}' append='off'/>\n      <target port='0'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>",
-        p(d.console_log)
+        "    <serial type='pty'>\n{log}      <target port='0'/>\n    </serial>\n    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>"
     );
     x.push_str("    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
     x.push_str("    <memballoon model='none'/>\n  </devices>\n");
@@ -264,6 +269,18 @@ pub fn disk_volume(name: &str, capacity: u64, base: &Path, base_format: &str, ow
         owner.1,
         p(base),
         escape(base_format)
+    )
+}
+
+/// A base volume (`nubo-base-<digest>.<format>`, [`super::base`]): `len` bytes the upload
+/// fills, created raw and sparse (allocation 0: the upload writes every byte) so libvirt
+/// writes no header of its own over them and allocates nothing twice. Owned by the daemon's
+/// user, 0644: one base is shared by every VM on the host, read by each VM's QEMU under
+/// whatever user the host's qemu.conf gives it; guest writes go to the 0600 overlays.
+pub fn base_volume(name: &str, len: u64) -> String {
+    format!(
+        "<volume type='file'>\n  <name>{}</name>\n  <capacity unit='bytes'>{len}</capacity>\n  <allocation unit='bytes'>0</allocation>\n  <target>\n    <format type='raw'/>\n    <permissions>\n      <mode>0644</mode>\n    </permissions>\n  </target>\n</volume>\n",
+        escape(name)
     )
 }
 

@@ -202,6 +202,15 @@ pub struct ConvertArgs {
 Refused while a tag's record is unreadable (`nubo image ls` names it): prune could not tell whether its blob is in use."
 )]
 pub struct PruneArgs {
+    /// Prune the base volumes nubo uploaded to this libvirt host's pool instead (those no VM's disk volume backs onto)
+    #[arg(long, value_name = "URI")]
+    pub connect: Option<String>,
+    /// With a qemu+tls:// --connect: the directory of libvirt's TLS client certificates
+    #[arg(long = "tls-dir", value_name = "DIR", requires = "connect")]
+    pub tls_dir: Option<PathBuf>,
+    /// With --connect: the storage pool (default: nubo's own pool for this NUBO_ROOT)
+    #[arg(long, value_name = "NAME", requires = "connect")]
+    pub pool: Option<String>,
     /// Report what would be removed without removing it
     #[arg(long)]
     pub dry_run: bool,

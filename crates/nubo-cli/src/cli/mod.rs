@@ -52,6 +52,12 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
+    /// Also check this libvirt host (its daemon, and for qemu+tls:// the TLS client certificates)
+    #[arg(long, value_name = "URI")]
+    pub connect: Option<String>,
+    /// With a qemu+tls:// --connect: the directory of cacert.pem, clientcert.pem and clientkey.pem (default: libvirt's own locations)
+    #[arg(long = "tls-dir", value_name = "DIR", requires = "connect")]
+    pub tls_dir: Option<std::path::PathBuf>,
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: crate::output::Format,
 }

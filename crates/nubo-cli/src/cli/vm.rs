@@ -173,6 +173,9 @@ pub struct CreateArgs {
     /// libvirt: the connection URI (default NUBO_LIBVIRT_URI, else qemu:///system for root, qemu:///session otherwise)
     #[arg(long, value_name = "URI")]
     pub connect: Option<String>,
+    /// libvirt: with a qemu+tls:// --connect, the directory of cacert.pem, clientcert.pem and clientkey.pem (default: libvirt's own locations)
+    #[arg(long = "tls-dir", value_name = "DIR", requires = "connect")]
+    pub tls_dir: Option<std::path::PathBuf>,
     /// libvirt: the storage pool for the seed volume (default: nubo's own directory pool under NUBO_ROOT)
     #[arg(long, value_name = "NAME")]
     pub pool: Option<String>,

@@ -80,7 +80,10 @@ struct Report<'a> {
 }
 
 pub fn run(args: &DoctorArgs, settings: &Settings) -> anyhow::Result<()> {
-    let checks = gather(settings);
+    let mut checks = gather(settings);
+    if let Some(c) = &args.connect {
+        checks.extend(remote_checks(c, args.tls_dir.as_deref())?);
+    }
     match args.output {
         Format::Json => output::print_json(&Report {
             ready: verdict(&checks).is_ok(),
@@ -94,6 +97,41 @@ pub fn run(args: &DoctorArgs, settings: &Settings) -> anyhow::Result<()> {
         }
     }
     verdict(&checks).map_err(anyhow::Error::msg)
+}
+
+/// `--connect URI [--tls-dir DIR]`: for qemu+tls, the client certificates libvirt will read,
+/// then the daemon at `uri` as the libvirt backend sees it.
+fn remote_checks(connect: &str, tls_dir: Option<&Path>) -> anyhow::Result<Vec<Check>> {
+    use nubo_backend::libvirt::tls;
+    let uri = nubo_spec::ConnectUri::parse(connect, nubo_spec::uri::Origin::Spec)?;
+    let mut out = Vec::new();
+    if uri.transport() == nubo_spec::uri::Transport::Tls {
+        let files = match tls_dir {
+            Some(d) => tls::in_dir(&std::path::absolute(d)?),
+            None => tls::default_files(
+                nix::unistd::geteuid().is_root(),
+                std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+            ),
+        };
+        let host = tls::checks(&files);
+        let broken = host.iter().any(|c| c.status == CheckStatus::Broken);
+        out.extend(host);
+        if broken {
+            return Ok(backend_checks(&[("libvirt", false, out)]));
+        }
+    } else if tls_dir.is_some() {
+        anyhow::bail!("--tls-dir: `{uri}` is not a qemu+tls URI, so it reads no TLS directory");
+    }
+    let uri = match tls_dir {
+        Some(d) => super::remote::connect_uri(connect, Some(d))?,
+        None => uri,
+    };
+    let b = nubo_backend::libvirt::LibvirtBackend::new(Some(uri));
+    out.extend(nubo_backend::Backend::host_checks(&b).into_iter().map(|c| HostCheck {
+        name: format!("remote {}", c.name),
+        ..c
+    }));
+    Ok(backend_checks(&[("libvirt", false, out)]))
 }
 
 /// Runs every probe once, in the order a user fixes things.

@@ -300,6 +300,9 @@ fn placeholder_record() -> ImageRecord {
 }
 
 fn prune(a: &PruneArgs, settings: &Settings) -> anyhow::Result<()> {
+    if let Some(c) = &a.connect {
+        return prune_remote(a, c, settings);
+    }
     let store = open_store(settings)?;
     let in_use = digests_in_use(&store.unreferenced_blobs()?, settings)?;
     let mut report = store.prune(&in_use, a.dry_run)?;
@@ -392,6 +395,27 @@ fn hash(a: &HashArgs) -> anyhow::Result<()> {
     };
     let sum = nubo_image::digest::hash_file(&a.file, alg).with_context(|| format!("hashing {}", a.file.display()))?;
     println!("{}  {}", sum.hex, a.file.display());
+    Ok(())
+}
+
+/// `nubo image prune --connect URI`: the base volumes nubo uploaded to that host's pool that
+/// no OS disk volume backs onto.
+fn prune_remote(a: &PruneArgs, connect: &str, settings: &Settings) -> anyhow::Result<()> {
+    let uri = super::remote::connect_uri(connect, a.tls_dir.as_deref())?;
+    let pool = a
+        .pool
+        .clone()
+        .unwrap_or_else(|| nubo_backend::libvirt::own_pool_for_root(&settings.roots.root));
+    let removed = nubo_backend::libvirt::prune_base_volumes(&uri, &pool, a.dry_run)
+        .with_context(|| format!("pruning base volumes of pool `{pool}` at `{uri}`"))?;
+    if a.output == OutputFormat::Json {
+        return print_json(&serde_json::json!({ "pool": pool, "removed": removed, "dry_run": a.dry_run }));
+    }
+    let verb = if a.dry_run { "would remove" } else { "removed" };
+    for v in &removed {
+        println!("{verb} base volume {v} from pool `{pool}` at `{uri}`");
+    }
+    println!("{verb} {} base volume(s)", removed.len());
     Ok(())
 }
 

@@ -8,6 +8,7 @@ mod doctor;
 pub(crate) mod image;
 pub(crate) mod manifest;
 pub(crate) mod registry;
+mod remote;
 mod seed;
 pub(crate) mod vm;
 

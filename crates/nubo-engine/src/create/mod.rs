@@ -232,6 +232,7 @@ impl Engine {
                 // Set once the overlay is made over the inspected base (`make`).
                 base_size: None,
                 chain_inspected: false,
+                remote: false,
             },
             seed,
             boot: plan.boot.clone(),
@@ -460,6 +461,7 @@ impl Engine {
                     plan.base.path.display()
                 )));
                 rec.machine.disk.overlay = path;
+                rec.machine.disk.remote = undo.backend.disk_is_remote(&rec.backend_state);
                 record::save_unsynced(&dir, &rec)?;
             }
             None => {

@@ -35,6 +35,12 @@ fuzz_target!(|data: &[u8]| {
                         }
                         Param::NoTty(_) => assert_eq!(u.transport(), Transport::Ssh, "{s}"),
                         Param::Mode(_) => assert_ne!(u.transport(), Transport::Tls, "{s}"),
+                        Param::PkiPath(path) => {
+                            assert_eq!(u.transport(), Transport::Tls, "{s}");
+                            assert_ne!(origin, Origin::Spec, "{s}");
+                            let clean = path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+                            assert!(path.is_absolute() && clean, "{s}");
+                        }
                     }
                 }
             }

@@ -82,6 +82,10 @@ pub enum Param {
     Mode(String),
     /// `no_tty=0|1`: ssh never asks on a terminal (ssh transport).
     NoTty(bool),
+    /// `pkipath=DIR`: the directory of the TLS client certificates (tls transport). Never from
+    /// a spec: only nubo adds it ([`ConnectUri::with_pkipath`], from `--tls-dir`), and a record
+    /// or `NUBO_LIBVIRT_URI` may carry it.
+    PkiPath(PathBuf),
 }
 
 /// A libvirt connection URI that passed the allowlist. The only way to build one is
@@ -167,6 +171,45 @@ impl ConnectUri {
 
     pub fn params(&self) -> &[Param] {
         &self.params
+    }
+
+    /// `self` with `pkipath=dir`: libvirt then reads `cacert.pem`, `clientcert.pem` and
+    /// `clientkey.pem` from `dir` only. Only a `qemu+tls` URI without one takes it; `dir` is a
+    /// clean absolute path the caller has checked (`--tls-dir`).
+    pub fn with_pkipath(&self, dir: &Path) -> Result<ConnectUri, UriError> {
+        let refuse = |why: String| UriError {
+            uri: nubo_core::name::quote(&self.text),
+            why,
+        };
+        if self.transport != Transport::Tls {
+            return Err(refuse("is not a qemu+tls URI, so it takes no TLS directory".into()));
+        }
+        if self.params.iter().any(|p| matches!(p, Param::PkiPath(_))) {
+            return Err(refuse("already names a TLS directory".into()));
+        }
+        let value = dir
+            .to_str()
+            .ok_or_else(|| refuse("gets a TLS directory that is not UTF-8".into()))?;
+        let path = clean_abs(value, "TLS directory")?;
+        let text = format!(
+            "{}{}pkipath={value}",
+            self.text,
+            if self.text.contains('?') { '&' } else { '?' }
+        );
+        let mut out = self.clone();
+        out.text = text;
+        out.params.push(Param::PkiPath(path));
+        // What a record holding it will parse back to.
+        ConnectUri::parse(&out.text, Origin::Record)?;
+        Ok(out)
+    }
+
+    /// The TLS client certificate directory nubo added (`--tls-dir`), if any.
+    pub fn pkipath(&self) -> Option<&Path> {
+        self.params.iter().find_map(|p| match p {
+            Param::PkiPath(d) => Some(d.as_path()),
+            _ => None,
+        })
     }
 
     /// Whether the URI names a daemon on this host (no network transport).
@@ -325,6 +368,7 @@ fn params(q: &str, transport: Transport, origin: Origin) -> Result<Vec<Param>, S
     let allowed: &[&str] = match transport {
         Transport::Local | Transport::Unix => &["socket", "mode"],
         Transport::Ssh => &["mode", "no_tty"],
+        Transport::Tls if origin.trusts_any_socket() => &["pkipath"],
         Transport::Tls => &[],
     };
     let mut out: Vec<Param> = Vec::new();
@@ -356,6 +400,7 @@ fn params(q: &str, transport: Transport, origin: Origin) -> Result<Vec<Param>, S
         seen.push(key);
         out.push(match key {
             "socket" => Param::Socket(socket(value, origin)?),
+            "pkipath" => Param::PkiPath(clean_abs(value, "TLS directory").map_err(|e| e.why)?),
             "mode" => match value {
                 "auto" | "legacy" | "direct" => Param::Mode(value.to_owned()),
                 _ => {
@@ -373,6 +418,29 @@ fn params(q: &str, transport: Transport, origin: Origin) -> Result<Vec<Param>, S
         });
     }
     Ok(out)
+}
+
+/// `value` as a clean absolute path (no `.`, `..`, `//`, trailing `/`, `&` or `?`).
+fn clean_abs(value: &str, what: &str) -> Result<PathBuf, UriError> {
+    let refuse = |why: String| UriError {
+        uri: nubo_core::name::quote(value),
+        why,
+    };
+    let p = Path::new(value);
+    let clean = value.starts_with('/')
+        && !value.ends_with('/')
+        && !value.contains("//")
+        && !value.contains(['&', '?', '#', '%', '\0'])
+        && !value.chars().any(char::is_control)
+        && p.components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !clean {
+        return Err(refuse(format!(
+            "has the {what} `{}`, which is not a plain absolute path: give one without `.`, `..`, `//`, `&`, `?`, `%` or a trailing `/`",
+            value.escape_debug()
+        )));
+    }
+    Ok(p.to_path_buf())
 }
 
 /// A clean absolute socket path; from a spec, one under libvirt's run directories.

@@ -305,3 +305,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn with_pkipath_tls_uri_round_trips_through_a_record() {
+    let u = spec("qemu+tls://h.example/system").unwrap();
+
+    let p = u.with_pkipath(Path::new("/home/u/tls")).unwrap();
+    let back = ConnectUri::parse(p.as_str(), Origin::Record).unwrap();
+
+    assert_eq!(p.as_str(), "qemu+tls://h.example/system?pkipath=/home/u/tls");
+    assert_eq!(back.pkipath(), Some(Path::new("/home/u/tls")));
+}
+
+#[test]
+fn with_pkipath_ssh_uri_is_refused() {
+    let u = spec("qemu+ssh://h/system").unwrap();
+
+    let e = u.with_pkipath(Path::new("/tls")).unwrap_err();
+
+    assert!(e.why.contains("not a qemu+tls URI"), "{e}");
+}
+
+#[test]
+fn with_pkipath_dotdot_or_query_text_is_refused() {
+    let u = spec("qemu+tls://h/system").unwrap();
+
+    assert!(u.with_pkipath(Path::new("/a/../b")).is_err());
+    assert!(u.with_pkipath(Path::new("/a&no_verify=1")).is_err());
+    assert!(u.with_pkipath(Path::new("tls")).is_err());
+}
+
+#[test]
+fn parse_tls_pkipath_from_record_is_accepted_from_spec_refused() {
+    let s = "qemu+tls://h/system?pkipath=/etc/nubo/tls";
+
+    assert!(ConnectUri::parse(s, Origin::Record).is_ok());
+    assert!(ConnectUri::parse(s, Origin::Spec).is_err());
+}

@@ -44,7 +44,7 @@ fn params(machine: Machine, net: Net, seed: bool) -> DomainParams<'static> {
         }),
         os_disk: true,
         net,
-        console_log: Path::new("/var/lib/nubo/vms/web/console.log"),
+        console_log: Some(Path::new("/var/lib/nubo/vms/web/console.log")),
         dac: None,
     }
 }
@@ -371,4 +371,17 @@ fn domain_shared_folders_memfd_virtiofs_golden() {
     let xml = domain(&s, &params(Machine::Pc, net(), true));
 
     golden("mounts", &xml);
+}
+
+#[test]
+fn domain_remote_host_has_no_serial_log_file() {
+    let d = DomainParams {
+        console_log: None,
+        ..params(Machine::Pc, net(), true)
+    };
+
+    let x = domain(&spec(bios()), &d);
+
+    assert!(x.contains("<serial type='pty'>\n      <target port='0'/>"), "{x}");
+    assert!(!x.contains("<log "), "{x}");
 }

@@ -22,10 +22,13 @@ use crate::settings::Settings;
 pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
     if let VmCmd::Create(a) = &cmd {
         // Its --ca-cert reaches the pulls the engine asks for.
-        let settings = Settings {
+        let mut settings = Settings {
             extra_ca: a.ca_cert.clone(),
             ..settings.clone()
         };
+        if let (Some(c), Some(dir)) = (&a.connect, &a.tls_dir) {
+            settings.libvirt_uri = Some(super::remote::connect_uri(c, Some(dir))?);
+        }
         return create::run(a, &engine(&settings), settings.home.as_deref());
     }
     let engine = engine(settings);
