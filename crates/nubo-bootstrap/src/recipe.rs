@@ -10,7 +10,9 @@ use crate::error::BootstrapError;
 /// 2: every identifier derived from the key, times clamped (reproducible images).
 /// 3: boot speed (issue 25): cloud-init trimmed, ed25519 host key only at first boot, a listed-
 /// modules initramfs, timestamp-checked .pyc, idle units masked.
-pub const RECIPE_VERSION: u32 = 3;
+/// 4: sshd is not reloaded when the other host keys appear after cloud-init (the reload reset
+/// connections made just after cloud-init's closing line).
+pub const RECIPE_VERSION: u32 = 4;
 
 /// The packages of every image, on top of `--variant=minbase` (no recommends). Each one is here
 /// because a cloud image cannot do without it:

@@ -42,8 +42,11 @@ pub const SSH_KEYGEN_UNIT_NAME: &str = "nubo-ssh-keygen.service";
 
 /// cloud-init makes only the ed25519 host key at first boot (an RSA key alone costs seconds
 /// under TCG, and every client nubo knows prefers ed25519); this makes the others once
-/// cloud-init is done, off the boot's critical path, and has sshd load them. Per instance too:
-/// cloud-init deletes every host key of an earlier instance, so the RSA key is missing again.
+/// cloud-init is done, off the boot's critical path. Per instance too: cloud-init deletes
+/// every host key of an earlier instance, so the RSA key is missing again. sshd is not
+/// reloaded for them (it serves them from its next start): a reload re-executes sshd, and a
+/// connection arriving in that moment, just after cloud-init's closing line, when users and
+/// `image build` connect, was reset (`kex_exchange_identification: Connection reset by peer`).
 const SSH_KEYGEN_REST_UNIT: &str = "\
 [Unit]
 Description=Generate the remaining SSH host keys after cloud-init (nubo bootstrap image)
@@ -54,7 +57,6 @@ ConditionPathExists=!/etc/ssh/ssh_host_rsa_key
 Type=oneshot
 Nice=10
 ExecStart=/usr/bin/ssh-keygen -A
-ExecStart=-/bin/systemctl --no-block try-reload-or-restart ssh.service
 
 [Install]
 WantedBy=cloud-init.target
