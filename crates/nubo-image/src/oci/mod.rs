@@ -17,6 +17,7 @@ pub mod error;
 pub mod manifest;
 pub mod pull;
 pub mod push;
+pub mod unpack;
 
 pub use auth::{AuthFile, Challenge, Credentials};
 pub use client::{Client, ClientSettings};
