@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod client;
 pub mod compress;
+pub mod container;
 pub mod error;
 pub mod manifest;
 pub mod pull;
