@@ -196,9 +196,12 @@ pub fn fetch(
         manifest_digest = got;
         m = parse(&inner)?;
     }
-    progress(PullEvent::Note(format!(
-        "{shown} is {registry}/{repository}@{manifest_digest} (linux/amd64)"
-    )));
+    let resolved = format!("{registry}/{repository}@{manifest_digest}");
+    progress(PullEvent::Note(if resolved == shown {
+        format!("{shown} (linux/amd64)")
+    } else {
+        format!("{shown} is {resolved} (linux/amd64)")
+    }));
     let config = m.config.ok_or_else(|| bad("its manifest has no config".into()))?;
     if m.artifact_type.is_some() || (config.media_type != OCI_CONFIG && config.media_type != DOCKER_CONFIG) {
         return Err(bad(format!(

@@ -53,7 +53,7 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
         nubo_image::AnyRef::Oci(r) if r.registry.is_some() => r,
         _ => return Err(nubo_image::oci::OciError::NoRegistry(a.source.clone()).into()),
     };
-    if a.size.bytes() < MIN_SIZE.bytes() || a.size.bytes() % (1 << 20) != 0 {
+    if a.size.bytes() < MIN_SIZE.bytes() || !a.size.bytes().is_multiple_of(1 << 20) {
         bail!(
             "--size {} is refused: a container disk is a whole number of MiB and at least {}",
             a.size,
