@@ -253,6 +253,9 @@ fn reproducible_disk_boots() -> TestResult {
             "bios",
             "--hostname",
             hostname,
+            // The image's cloud-init default user; a container disk records none of its own.
+            "--ssh-user",
+            "debian",
             "--restrict-network",
             "--wait",
             "--boot-timeout",

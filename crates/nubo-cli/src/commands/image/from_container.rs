@@ -247,3 +247,44 @@ impl Progress for Lines {
         eprintln!("      done in {:.1}s", elapsed.as_secs_f64());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disk_format_iso_refused_not_built_yet() {
+        let err = disk_format("iso").unwrap_err().to_string();
+
+        assert!(err.contains("--format iso is not built yet"), "{err}");
+    }
+
+    #[test]
+    fn disk_format_qcow2_and_raw_accepted() {
+        assert_eq!(disk_format("qcow2").unwrap(), DiskFormat::Qcow2);
+        assert_eq!(disk_format("raw").unwrap(), DiskFormat::Raw);
+        assert!(disk_format("vmdk").is_err());
+    }
+
+    #[test]
+    fn firmware_efi_and_both_refused_not_built_yet() {
+        for f in ["efi", "both"] {
+            let err = firmware(f).unwrap_err().to_string();
+
+            assert!(err.contains(&format!("--firmware {f} is not built yet")), "{err}");
+        }
+        assert_eq!(firmware("bios").unwrap(), vec![Firmware::Bios]);
+    }
+
+    #[test]
+    fn pinned_names_index_digest_when_there_is_one() {
+        let r = OciRef::parse("registry.example:5000/team/os:1").unwrap();
+        let (m, i) = (
+            format!("sha256:{}", "a".repeat(64)),
+            format!("sha256:{}", "b".repeat(64)),
+        );
+
+        assert_eq!(pinned(&r, &m, Some(&i)), format!("registry.example:5000/team/os@{i}"));
+        assert_eq!(pinned(&r, &m, None), format!("registry.example:5000/team/os@{m}"));
+    }
+}
