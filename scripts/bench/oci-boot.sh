@@ -98,16 +98,17 @@ skopeo --insecure-policy copy -q --dest-creds bench:bench-password --dest-cert-d
   --digestfile "$work/pushed" "oci:$work/oci:1" "docker://$host/bench/os:1" >/dev/null
 ref="$host/bench/os@$(cat "$work/pushed")"
 
-# Peak bytes allocated under DIR while a command runs: `du` sampled every 0.2 s.
+# Peak bytes allocated (not apparent: the raw disk is sparse) under DIR while a command runs: `du` sampled every 0.2 s.
 peak_of() {
   local dir=$1; shift
   : >"$work/peak"
-  ( while :; do du -sb "$dir" 2>/dev/null | cut -f1 >>"$work/peak"; sleep 0.2; done ) &
+  # du fails on files that vanish while it counts: the sampler goes on regardless.
+  ( set +e; while :; do du -sB1 "$dir" 2>/dev/null | cut -f1 >>"$work/peak"; sleep 0.2; done ) &
   sampler_pid=$!
   local t0 t1; t0=$(now)
   "$@" >/dev/null 2>"$work/err" || { cat "$work/err" >&2; exit 1; }
   t1=$(now)
-  kill "$sampler_pid"; wait "$sampler_pid" 2>/dev/null || true; sampler_pid=
+  kill "$sampler_pid" 2>/dev/null || true; wait "$sampler_pid" 2>/dev/null || true; sampler_pid=
   echo "$(echo "$t1 - $t0" | bc -l) $(sort -n "$work/peak" | tail -1)"
 }
 
@@ -115,7 +116,7 @@ nubo_run() {
   rm -rf "$work/root"; mkdir -p "$work/root"
   export NUBO_ROOT="$work/root"
   printf 'bench-password\n' | "$NUBO_BIN" registry login "$host" -u bench --password-stdin --ca-cert "$work/ca.pem" >/dev/null
-  peak_of "$work/root" "$NUBO_BIN" image from-container "$ref" -t os:1 --ca-cert "$work/ca.pem"
+  peak_of "$work/root" "$NUBO_BIN" image from-container "$ref" -t os:1 --size "$vsize" --ca-cert "$work/ca.pem"
 }
 
 by_hand() {
