@@ -8,6 +8,9 @@
 //! docker-registry started on 127.0.0.1. Then:
 //!
 //! - a tag is refused without --allow-mutable-tag;
+//! - hostile layers (a `..` path, a file through an absolute symlink, a whiteout of `..`, a
+//!   device node outside /dev) are each refused, the store's `tmp/` left empty and nothing
+//!   written outside (digest lies and enormous sparse files are unit-tested in oci::unpack);
 //! - `image from-container REF@sha256:... -t ctr:1` in two fresh roots gives the same sha256
 //!   (reproducible) and prints `sha256:` and `sha512:` lines; the record says where it came
 //!   from (source kind, manifest and layer digests);
@@ -95,22 +98,39 @@ fn rootfs_layer(root: &TestRoot, dir: &Path) -> Result<(String, String, u64), St
     Ok((digest, diff_id, size))
 }
 
-/// An OCI layout in `dir/oci` holding the layer, tagged `1`.
+/// An OCI layout in `dir/oci` holding the gzip layer, tagged `1`.
 fn oci_layout(dir: &Path, layer: &(String, String, u64)) -> Result<(), String> {
+    layout_with(
+        dir,
+        "oci",
+        "layer.tar.gz",
+        "application/vnd.oci.image.layer.v1.tar+gzip",
+        layer,
+    )
+}
+
+/// An OCI layout in `dir/NAME` holding `dir/FILE` as its one layer of `media_type`, tagged `1`.
+fn layout_with(
+    dir: &Path,
+    name: &str,
+    file: &str,
+    media_type: &str,
+    layer: &(String, String, u64),
+) -> Result<(), String> {
     let (digest, diff_id, size) = layer;
-    let oci = dir.join("oci");
+    let oci = dir.join(name);
     let blobs = oci.join("blobs/sha256");
     fs::create_dir_all(&blobs).map_err(|e| e.to_string())?;
     let hex = |d: &str| d.trim_start_matches("sha256:").to_owned();
     let w = |p: &Path, b: &[u8]| fs::write(p, b).map_err(|e| format!("writing {}: {e}", p.display()));
-    fs::rename(dir.join("layer.tar.gz"), blobs.join(hex(digest))).map_err(|e| e.to_string())?;
+    fs::rename(dir.join(file), blobs.join(hex(digest))).map_err(|e| e.to_string())?;
     let config = format!(
         r#"{{"created":"{CREATED}","architecture":"amd64","os":"linux","config":{{}},"rootfs":{{"type":"layers","diff_ids":["{diff_id}"]}}}}"#
     );
     let cd = sha256_bytes(config.as_bytes());
     w(&blobs.join(hex(&cd)), config.as_bytes())?;
     let manifest = format!(
-        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cd}","size":{}}},"layers":[{{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"{digest}","size":{size}}}]}}"#,
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"{cd}","size":{}}},"layers":[{{"mediaType":"{media_type}","digest":"{digest}","size":{size}}}]}}"#,
         config.len()
     );
     let md = sha256_bytes(manifest.as_bytes());
@@ -121,6 +141,115 @@ fn oci_layout(dir: &Path, layer: &(String, String, u64)) -> Result<(), String> {
         manifest.len()
     );
     w(&oci.join("index.json"), index.as_bytes())
+}
+
+/// One ustar header block (the tar crate is not a dependency of the live tests): `kind` is the
+/// typeflag, the name and link written byte for byte, as a hostile layer has them.
+fn ustar(name: &str, kind: u8, link: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = [0u8; 512];
+    h[..name.len()].copy_from_slice(name.as_bytes());
+    let octal = |h: &mut [u8; 512], at: usize, len: usize, v: u64| {
+        let s = format!("{v:0w$o}\0", w = len - 1);
+        h[at..at + len].copy_from_slice(s.as_bytes());
+    };
+    octal(&mut h, 100, 8, if kind == b'5' { 0o755 } else { 0o644 });
+    octal(&mut h, 108, 8, 0);
+    octal(&mut h, 116, 8, 0);
+    octal(&mut h, 124, 12, data.len() as u64);
+    octal(&mut h, 136, 12, 1_700_000_000);
+    h[156] = kind;
+    h[157..157 + link.len()].copy_from_slice(link.as_bytes());
+    h[257..263].copy_from_slice(b"ustar\0");
+    h[263..265].copy_from_slice(b"00");
+    h[148..156].copy_from_slice(b"        ");
+    let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+    let mut out = h.to_vec();
+    out.extend_from_slice(data);
+    out.resize(out.len().div_ceil(512) * 512, 0);
+    out
+}
+
+/// Pushes a one-layer image of `entries` (an uncompressed tar) as `ctr/NAME:1`; returns its
+/// digest reference.
+fn push_hostile(reg: &Registry, dir: &Path, name: &str, entries: &[Vec<u8>]) -> Result<String, String> {
+    let mut tar: Vec<u8> = entries.concat();
+    tar.extend_from_slice(&[0u8; 1024]);
+    let file = format!("{name}.tar");
+    fs::write(dir.join(&file), &tar).map_err(|e| e.to_string())?;
+    let d = sha256_bytes(&tar);
+    layout_with(
+        dir,
+        name,
+        &file,
+        "application/vnd.oci.image.layer.v1.tar",
+        &(d.clone(), d, tar.len() as u64),
+    )?;
+    let digest_file = dir.join(format!("{name}.digest"));
+    run(
+        Command::new("skopeo")
+            .args(["--insecure-policy", "copy", "--dest-creds"])
+            .arg(format!("{USER}:{PASSWORD}"))
+            .arg("--dest-cert-dir")
+            .arg(&reg.cert_dir)
+            .arg("--digestfile")
+            .arg(&digest_file)
+            .arg(format!("oci:{}:1", dir.join(name).display()))
+            .arg(format!("docker://{}/ctr/{name}:1", reg.host)),
+        QUICK,
+    )?;
+    let pushed = fs::read_to_string(&digest_file).map_err(|e| e.to_string())?;
+    Ok(format!("{}/ctr/{name}@{}", reg.host, pushed.trim()))
+}
+
+/// Hostile layers through the whole command: each refused, nothing left in the store's
+/// `tmp/`, nothing written outside the work directory.
+fn hostile_layers_refused(reg: &Registry, dir: &Path) -> TestResult {
+    let outside = tempfile::Builder::new()
+        .prefix("nubo-outside-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let out = outside.path().display().to_string();
+    let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
+        (
+            "traversal",
+            vec![ustar(&format!("../../../../../../..{out}/evil"), b'0', "", b"x")],
+            "`..` component",
+        ),
+        (
+            "symlink-escape",
+            vec![ustar("escape", b'2', &out, b""), ustar("escape/evil", b'0', "", b"x")],
+            "never follows a link",
+        ),
+        (
+            "whiteout-dotdot",
+            vec![ustar("etc/", b'5', "", b""), ustar("etc/.wh...", b'0', "", b"")],
+            "a whiteout of `..`",
+        ),
+        ("device", vec![ustar("usr/bin/disk", b'4', "", b"")], "device node"),
+    ];
+    let root = TestRoot::new()?;
+    login(&root, reg)?;
+    let ca = reg.ca.display().to_string();
+    for (name, entries, says) in cases {
+        let source = push_hostile(reg, dir, name, &entries)?;
+        nubo(
+            &root,
+            &["image", "from-container", &source, "-t", "bad:1", "--ca-cert", &ca],
+            MAKE,
+        )?
+        .refused(&[says])?;
+        let left: Vec<_> = fs::read_dir(root.root().join("images/tmp"))
+            .map(|rd| rd.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if !left.is_empty() {
+            return Err(format!("{name}: the refused unpack left {left:?} in the store's tmp/"));
+        }
+        if fs::read_dir(outside.path()).map_err(|e| e.to_string())?.count() != 0 {
+            return Err(format!("{name}: something was written outside the work directory"));
+        }
+    }
+    Ok(())
 }
 
 fn login(root: &TestRoot, reg: &Registry) -> TestResult {
@@ -217,6 +346,8 @@ fn reproducible_disk_boots() -> TestResult {
         QUICK,
     )?
     .refused(&["--format iso is not built yet"])?;
+
+    hostile_layers_refused(&reg, work.path())?;
 
     let (root, sha256, sha512) = make(&reg, &by_digest, "first")?;
     let (_other, again, again512) = make(&reg, &by_digest, "second, another root")?;

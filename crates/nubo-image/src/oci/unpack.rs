@@ -124,7 +124,7 @@ pub enum UnpackError {
     Refused { layer: String, entry: String, why: String },
     #[error("layer {layer} refused: {why}")]
     Layer { layer: String, why: String },
-    #[error("layer {layer} is not a readable tar stream: {source}; the blob is damaged or not a layer")]
+    #[error("layer {layer} is not a readable tar stream (the blob is damaged or not a layer)")]
     Malformed {
         layer: String,
         #[source]
@@ -527,8 +527,9 @@ impl Meta {
                 }
                 T::Fifo => Kind::Fifo,
                 T::Char | T::Block => {
-                    let major = h.device_major()?.unwrap_or(0);
-                    let minor = h.device_minor()?.unwrap_or(0);
+                    // Unreadable numbers are 0: the node is refused or only recorded either way.
+                    let major = h.device_major().ok().flatten().unwrap_or(0);
+                    let minor = h.device_minor().ok().flatten().unwrap_or(0);
                     if comps.first().map(|c| c.as_bytes()) != Some(b"dev") || comps.len() < 2 {
                         return Err(bad(format!(
                             "a device node ({major}:{minor}) outside /dev: it would give the VM's users raw access to a device; rebuild the layer without it"

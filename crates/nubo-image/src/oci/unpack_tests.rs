@@ -530,3 +530,18 @@ fn unpack_existing_dest_refused_untouched() {
     assert!(r.is_err());
     assert_eq!(fs::read(c.dest.join("keep")).unwrap(), b"k");
 }
+
+#[test]
+fn unpack_device_node_without_numbers_outside_dev_refused() {
+    let c = case();
+    let mut h = header("usr/bin/disk", EntryType::Block, 0, 0o600);
+    h.as_gnu_mut().unwrap().dev_major = [0; 8];
+    h.set_cksum();
+    let mut tar = h.as_bytes().to_vec();
+    tar.extend_from_slice(&[0; 1024]);
+    let l = layer(c.dir.path(), 0, &tar, Compression::None);
+
+    let r = unpack(&[l], &c.dest, &LIMITS);
+
+    c.assert_refused(r, "device node");
+}
