@@ -130,7 +130,7 @@ pub enum UnpackError {
         #[source]
         source: io::Error,
     },
-    #[error("cannot {what} {}: {source}", path.display())]
+    #[error("cannot {what} {}", path.display())]
     Io {
         what: &'static str,
         path: PathBuf,
