@@ -82,7 +82,6 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         log: w.join("build.log"),
         progress,
     };
-    let raw = w.join("disk.raw");
     let tree = TreeGuard {
         host,
         path: w.join("tree"),
@@ -111,28 +110,96 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
     })?;
     let (packages, epoch) = read_facts(&facts_dir, spec.recipe.release.released)?;
 
-    stage(&mut runner, Stage::Partition, |r| {
+    let disk = disk_stages(
+        host,
+        &mut runner,
+        &DiskSpec {
+            work: &w,
+            tree: &tree,
+            layout: &layout,
+            ids: &ids,
+            epoch,
+            kernel: Path::new("vmlinuz"),
+            initrd: Path::new("initrd.img"),
+            format: DiskFormat::Qcow2,
+        },
+    )?;
+    let (qcow2, kernel, initrd, digest) = (disk.path, disk.kernel, disk.initrd, disk.digest);
+    let size = fs::metadata(&qcow2).map_err(io_err("cannot stat", &qcow2))?.len();
+    Ok(Built {
+        _work: work,
+        qcow2,
+        kernel,
+        initrd,
+        cmdline: grub::kernel_cmdline(&ids.root_uuid),
+        digest,
+        size,
+        virtual_size: layout.disk_bytes,
+        root_uuid: ids.root_uuid,
+        packages,
+        source_date_epoch: epoch,
+        mode: host.mode,
+        elapsed: t0.elapsed(),
+    })
+}
+
+/// Which file the disk is delivered as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFormat {
+    Qcow2,
+    Raw,
+}
+
+/// What [`disk_stages`] makes a disk of: a finished root tree (its `/etc/fstab` and
+/// `/boot/grub/grub.cfg` written for `ids`) and where the kernel and initrd are in it.
+pub(crate) struct DiskSpec<'a, 'h> {
+    pub work: &'a Path,
+    pub tree: &'a TreeGuard<'h>,
+    pub layout: &'a Layout,
+    pub ids: &'a Ids,
+    pub epoch: u64,
+    /// Relative to the tree; read through `cat` (the bootstrap's are the `/vmlinuz` symlinks).
+    pub kernel: &'a Path,
+    pub initrd: &'a Path,
+    pub format: DiskFormat,
+}
+
+pub(crate) struct Disk {
+    pub path: PathBuf,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    /// `sha256:<hex>` of the delivered file.
+    pub digest: String,
+}
+
+/// The tree into a partitioned raw disk (GPT, ext4 root with clamped times, GRUB for BIOS and
+/// UEFI), then qcow2 (or the raw file as it is), and its digest. The tree is removed once the
+/// root filesystem holds it. Shared by `image bootstrap` and `image from-container`.
+pub(crate) fn disk_stages(host: &Host, runner: &mut Runner<'_>, d: &DiskSpec<'_, '_>) -> Result<Disk, BootstrapError> {
+    let (w, tree, layout, ids, epoch) = (d.work, d.tree, d.layout, d.ids, d.epoch);
+    let raw = w.join("disk.raw");
+    stage(runner, Stage::Partition, |r| {
         let f = File::create(&raw).map_err(io_err("cannot create", &raw))?;
         f.set_len(layout.disk_bytes).map_err(io_err("cannot size", &raw))?;
         r.run(
             Stage::Partition,
             commands::sfdisk(host.tool("sfdisk"), &raw),
-            Some(&layout.sfdisk_script(&ids)),
+            Some(&layout.sfdisk_script(ids)),
         )
     })?;
 
     let kernel = w.join("vmlinuz");
     let initrd = w.join("initrd.img");
-    stage(&mut runner, Stage::RootFs, |r| {
+    stage(runner, Stage::RootFs, |r| {
         // `/vmlinuz` and `/initrd.img` are the symlinks to the installed kernel; `cat` follows them.
         r.run_to_file(
             Stage::RootFs,
-            tree.cmd("cat", &["--".as_ref(), tree.path.join("vmlinuz").as_os_str()]),
+            tree.cmd("cat", &["--".as_ref(), tree.path.join(d.kernel).as_os_str()]),
             &kernel,
         )?;
         r.run_to_file(
             Stage::RootFs,
-            tree.cmd("cat", &["--".as_ref(), tree.path.join("initrd.img").as_os_str()]),
+            tree.cmd("cat", &["--".as_ref(), tree.path.join(d.initrd).as_os_str()]),
             &initrd,
         )?;
         if host.mode == Mode::Unshare {
@@ -162,17 +229,17 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
 
     let early = w.join("early.cfg");
     fs::write(&early, grub::early_config(&ids.root_uuid)).map_err(io_err("cannot write", &early))?;
-    stage(&mut runner, Stage::BiosBoot, |r| {
+    stage(runner, Stage::BiosBoot, |r| {
         let core = w.join("core.img");
         r.run(
             Stage::BiosBoot,
             mkimage(host, "i386-pc", GRUB_BIOS_DIR, &early, &core, grub::BIOS_MODULES),
             None,
         )?;
-        install_bios(&raw, &core, &layout)
+        install_bios(&raw, &core, layout)
     })?;
 
-    stage(&mut runner, Stage::Esp, |r| {
+    stage(runner, Stage::Esp, |r| {
         let efi = w.join("BOOTX64.EFI");
         r.run(
             Stage::Esp,
@@ -200,36 +267,31 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
         )
     })?;
 
-    let qcow2 = w.join("image.qcow2");
-    stage(&mut runner, Stage::Convert, |r| {
-        r.run(
-            Stage::Convert,
-            commands::qemu_img_convert(host.tool("qemu-img"), &raw, &qcow2),
-            None,
-        )?;
-        fs::remove_file(&raw).map_err(io_err("cannot remove", &raw))
-    })?;
-
+    let out = match d.format {
+        DiskFormat::Qcow2 => {
+            let qcow2 = w.join("image.qcow2");
+            stage(runner, Stage::Convert, |r| {
+                r.run(
+                    Stage::Convert,
+                    commands::qemu_img_convert(host.tool("qemu-img"), &raw, &qcow2),
+                    None,
+                )?;
+                fs::remove_file(&raw).map_err(io_err("cannot remove", &raw))
+            })?;
+            qcow2
+        }
+        DiskFormat::Raw => raw,
+    };
     let mut digest = String::new();
-    stage(&mut runner, Stage::Digest, |_| {
-        digest = crate::digest::file_digest(&qcow2).map_err(io_err("cannot read", &qcow2))?;
+    stage(runner, Stage::Digest, |_| {
+        digest = crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?;
         Ok(())
     })?;
-    let size = fs::metadata(&qcow2).map_err(io_err("cannot stat", &qcow2))?.len();
-    Ok(Built {
-        _work: work,
-        qcow2,
+    Ok(Disk {
+        path: out,
         kernel,
         initrd,
-        cmdline: grub::kernel_cmdline(&ids.root_uuid),
         digest,
-        size,
-        virtual_size: layout.disk_bytes,
-        root_uuid: ids.root_uuid,
-        packages,
-        source_date_epoch: epoch,
-        mode: host.mode,
-        elapsed: t0.elapsed(),
     })
 }
 
@@ -353,13 +415,13 @@ fn clamp_root_times(raw: &Path, offset: u64, epoch: u64) -> Result<(), Bootstrap
 /// The root tree mmdebstrap made. In unshare mode its files belong to subordinate ids this user
 /// cannot touch, so reading and removing it go through `mmdebstrap --unshare-helper`. Removed
 /// on every path: explicitly after the root filesystem is written, else on drop.
-struct TreeGuard<'h> {
-    host: &'h Host,
-    path: PathBuf,
+pub(crate) struct TreeGuard<'h> {
+    pub host: &'h Host,
+    pub path: PathBuf,
 }
 
 impl TreeGuard<'_> {
-    fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&std::ffi::OsStr]) -> Command {
+    pub fn cmd(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&std::ffi::OsStr]) -> Command {
         match self.host.mode {
             Mode::Root => {
                 let mut c = Command::new(program);
@@ -374,7 +436,7 @@ impl TreeGuard<'_> {
         }
     }
 
-    fn remove(&self, r: &mut Runner<'_>) -> Result<(), BootstrapError> {
+    pub fn remove(&self, r: &mut Runner<'_>) -> Result<(), BootstrapError> {
         if !self.path.exists() {
             return Ok(());
         }

@@ -45,6 +45,12 @@ pub enum BootstrapError {
         #[source]
         source: io::Error,
     },
+    #[error("container image {image} has no kernel: {why}; add one to the image (a VMfile step `RUN apt-get install -y linux-image-amd64`, or the distribution's kernel package in its Containerfile) and build it again")]
+    NoKernel { image: String, why: String },
+    #[error("container image {image} has no cloud-init (/usr/bin/cloud-init): a VM from it could not be personalised; install cloud-init in the image, or pass --appliance for an image that configures itself")]
+    NoCloudInit { image: String },
+    #[error("container image {image}: {why}")]
+    BadTree { image: String, why: String },
     #[error("the built image is malformed: {0}")]
     Malformed(String),
 }
@@ -65,7 +71,10 @@ impl BootstrapError {
             BootstrapError::NoMirror(_)
             | BootstrapError::TooSmall { .. }
             | BootstrapError::BadPackage(_)
-            | BootstrapError::BadMirror { .. } => ErrorKind::InvalidInput,
+            | BootstrapError::BadMirror { .. }
+            | BootstrapError::NoKernel { .. }
+            | BootstrapError::NoCloudInit { .. }
+            | BootstrapError::BadTree { .. } => ErrorKind::InvalidInput,
             BootstrapError::Command { .. } | BootstrapError::Spawn { .. } | BootstrapError::Io { .. } => ErrorKind::Io,
             BootstrapError::Malformed(_) => ErrorKind::Integrity,
         }

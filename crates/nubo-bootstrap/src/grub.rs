@@ -57,14 +57,20 @@ pub fn early_config(root_uuid: &str) -> String {
 /// symlinks Debian's kernel packages keep pointing at the newest kernel, so a kernel upgrade in
 /// the guest needs no GRUB update.
 pub fn grub_cfg(root_uuid: &str) -> String {
+    grub_cfg_for(root_uuid, "/vmlinuz", "/initrd.img")
+}
+
+/// [`grub_cfg`] booting the kernel and initrd at these paths of the root filesystem (a
+/// container image's `/boot/vmlinuz-<version>`, which has no `/vmlinuz` symlink to rely on).
+pub fn grub_cfg_for(root_uuid: &str, kernel: &str, initrd: &str) -> String {
     format!(
         "serial --unit=0 --speed=115200\n\
          terminal_input serial console\n\
          terminal_output serial console\n\
          set timeout=1\n\
          menuentry 'Debian GNU/Linux' {{\n\
-         \x20   linux /vmlinuz {cmdline} console=tty0 console=ttyS0,115200\n\
-         \x20   initrd /initrd.img\n\
+         \x20   linux {kernel} {cmdline} console=tty0 console=ttyS0,115200\n\
+         \x20   initrd {initrd}\n\
          }}\n",
         cmdline = kernel_cmdline(root_uuid)
     )

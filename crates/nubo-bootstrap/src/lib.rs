@@ -11,6 +11,7 @@
 
 pub mod build;
 pub mod commands;
+pub mod container;
 pub mod digest;
 pub mod error;
 pub mod ext4_times;
@@ -25,7 +26,7 @@ pub mod rootfs;
 mod run;
 pub mod stage;
 
-pub use build::{build, BuildSpec, Built, Progress, Stage};
+pub use build::{build, BuildSpec, Built, DiskFormat, Progress, Stage};
 pub use error::BootstrapError;
 pub use host::{Host, Mode};
 pub use mirror::host_mirror;

@@ -32,6 +32,9 @@ pub enum SourceKind {
     Oci,
     /// Built from a VMfile by `nubo image build` (the record's `build` says how).
     Build,
+    /// Made from a container image by `nubo image from-container` (`url` the reference,
+    /// `manifest` the linux/amd64 manifest digest; labels list the config and layer digests).
+    Container,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

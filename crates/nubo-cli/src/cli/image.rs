@@ -16,6 +16,8 @@ pub enum ImageCmd {
     LsRemote(LsRemoteArgs),
     /// Build a cloud image from a distribution's packages (offline-friendly)
     Bootstrap(BootstrapArgs),
+    /// Make a bootable disk image from an OCI container image (its own kernel and cloud-init)
+    FromContainer(crate::cli::from_container::FromContainerArgs),
     /// List images in the store
     Ls(LsArgs),
     /// Print an image's record as JSON

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod bootstrap;
+pub mod from_container;
 pub mod image;
 pub mod manifest;
 pub mod net;

@@ -15,6 +15,7 @@ use crate::settings::Settings;
 
 mod build;
 mod default;
+mod from_container;
 mod progress;
 mod registry;
 
@@ -39,6 +40,7 @@ pub fn run(cmd: ImageCmd, settings: &Settings) -> anyhow::Result<()> {
         ImageCmd::Build(a) => build::build(&a, settings),
         ImageCmd::Init(a) => build::init(&a),
         ImageCmd::Default(a) => default::run(&a, settings),
+        ImageCmd::FromContainer(a) => from_container::run(&a, settings),
     }
 }
 
@@ -164,6 +166,7 @@ fn source_label(r: &ImageRecord) -> String {
         nubo_image::SourceKind::Bootstrap => "bootstrap",
         nubo_image::SourceKind::Oci => "oci",
         nubo_image::SourceKind::Build => "build",
+        nubo_image::SourceKind::Container => "container",
     };
     match &r.source.serial {
         Some(s) => format!("{kind} {s}"),

@@ -148,6 +148,10 @@ pub enum OciError {
         expected: String,
         got: String,
     },
+    #[error("`{reference}`: {why}")]
+    Container { reference: String, why: String },
+    #[error("`{0}` names a tag, which can move: pin the image by digest (`REGISTRY/REPO@sha256:<hex>`, `nubo image ls-remote` or `skopeo inspect` gives it) or pass --allow-mutable-tag (the resolved digest is recorded)")]
+    MutableTag(String),
     #[error("local name for `{0}` would be longer than 128 characters: give one with --name name:tag")]
     NoLocalName(String),
     #[error(transparent)]
@@ -181,7 +185,11 @@ impl OciError {
             OciError::Manifest { error, .. } => error.kind(),
             OciError::Disk { source, .. } => source.kind(),
             OciError::HasBacking { .. } | OciError::Format { .. } => ErrorKind::Unsupported,
-            OciError::PushToDigest(_) | OciError::NoRegistry(_) | OciError::NoLocalName(_) => ErrorKind::InvalidInput,
+            OciError::PushToDigest(_)
+            | OciError::NoRegistry(_)
+            | OciError::NoLocalName(_)
+            | OciError::Container { .. }
+            | OciError::MutableTag(_) => ErrorKind::InvalidInput,
             OciError::Io { .. } | OciError::Write { .. } | OciError::NoRoom { .. } => ErrorKind::Io,
             OciError::AuthFile(e) => e.kind(),
             OciError::Store(e) => e.kind(),

@@ -248,6 +248,7 @@ fn kind_name(k: SourceKind) -> &'static str {
         SourceKind::Import => "import",
         SourceKind::Oci => "oci",
         SourceKind::Build => "build",
+        SourceKind::Container => "container",
     }
 }
 
@@ -539,6 +540,7 @@ fn meta(a: &BTreeMap<String, String>) -> Result<Meta, String> {
                 "import" => SourceKind::Import,
                 "oci" => SourceKind::Oci,
                 "build" => SourceKind::Build,
+                "container" => SourceKind::Container,
                 other => return Err(format!("annotation {} is `{}`", key::SOURCE_KIND, shown(other))),
             },
             url: text(key::SOURCE_URL),

@@ -13,10 +13,12 @@
 pub mod auth;
 pub mod client;
 pub mod compress;
+pub mod container;
 pub mod error;
 pub mod manifest;
 pub mod pull;
 pub mod push;
+pub mod unpack;
 
 pub use auth::{AuthFile, Challenge, Credentials};
 pub use client::{Client, ClientSettings};

@@ -269,7 +269,7 @@ pub fn pull(store: &ImageStore, req: &OciPullRequest, progress: &mut dyn FnMut(P
 
 /// Downloads one blob into `part` and checks its size and digest against the descriptor; on
 /// any mismatch the partial is deleted.
-fn get_blob(
+pub(crate) fn get_blob(
     client: &Client,
     repository: &str,
     d: &Descriptor,

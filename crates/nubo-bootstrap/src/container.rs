@@ -1,0 +1,479 @@
+//! `nubo image from-container`: a container image's root tree (unpacked by nubo-image's
+//! `oci::unpack`) made a bootable disk by the same reproducible assembly as `image bootstrap`
+//! ([`disk_stages`]): GPT, ext4 with times clamped to the epoch, GRUB for BIOS (and the EFI
+//! system partition the assembly always writes). Every identifier is derived from the source
+//! image's digest, so one container digest gives one disk sha256.
+//!
+//! The image's own kernel and initramfs boot it (`/boot/vmlinuz-<version>` with
+//! `/boot/initrd.img-<version>`, or bootc's `/usr/lib/modules/<version>/vmlinuz` with
+//! `initramfs.img`); nubo writes only `/etc/fstab` and `/boot/grub/grub.cfg` into the tree.
+//! The tree is the image's, hence hostile: every path nubo reads or writes in it is checked to
+//! be a real file under real directories, never reached through a symlink.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+use crate::build::{disk_stages, DiskFormat, DiskSpec, TreeGuard};
+use crate::error::{io_err, BootstrapError};
+use crate::grub;
+use crate::host::{Host, Mode};
+use crate::identity::Ids;
+use crate::layout::Layout;
+use crate::run::Runner;
+use crate::stage::Progress;
+
+/// What to assemble.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec<'a> {
+    /// The unpacked root tree. Consumed: removed once the root filesystem holds it.
+    pub tree: &'a Path,
+    /// The container image's manifest digest (`sha256:<hex>`): the ids' key and what errors name.
+    pub source_digest: &'a str,
+    /// What every time in the image is clamped to (the image config's `created`).
+    pub epoch: u64,
+    pub size: u64,
+    pub format: DiskFormat,
+    /// An image without cloud-init is refused unless it says it configures itself.
+    pub appliance: bool,
+    /// The work directory is made (and removed) in here: the store's `tmp/`.
+    pub work_parent: &'a Path,
+}
+
+/// A finished disk; its files live in the work directory until moved, which dropping it removes.
+#[derive(Debug)]
+pub struct Assembled {
+    _work: TempDir,
+    pub disk: PathBuf,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub cmdline: String,
+    /// `sha256:<hex>` of the disk file.
+    pub digest: String,
+    pub size: u64,
+    pub virtual_size: u64,
+    pub root_uuid: String,
+    /// Where the kernel and initrd were found in the image (`/boot/vmlinuz-6.1.0-28-amd64`).
+    pub kernel_path: String,
+    pub initrd_path: String,
+    pub cloud_init: bool,
+    pub elapsed: Duration,
+}
+
+/// The kernel and initramfs found in a tree, relative to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelFiles {
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+}
+
+/// The ids of a disk made from the container image `source_digest`: its own key space
+/// (`oci-container` + the digest), so no recipe key can give the same ids.
+pub fn container_ids(source_digest: &str) -> Ids {
+    Ids::derive(&format!("oci-container {source_digest}"))
+}
+
+/// Whether `rel` (relative, no `..`) names something in `tree` reached through real
+/// directories only; `Ok(None)` when a component is missing.
+fn lookup(tree: &Path, rel: &Path) -> Result<Option<fs::Metadata>, String> {
+    let mut p = tree.to_path_buf();
+    let comps: Vec<_> = rel.components().collect();
+    for (i, c) in comps.iter().enumerate() {
+        let Component::Normal(c) = c else {
+            return Err(format!("{} is not a plain relative path", rel.display()));
+        };
+        p.push(c);
+        let m = match fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot inspect /{}: {e}", rel.display())),
+        };
+        if i + 1 < comps.len() && !m.file_type().is_dir() {
+            return Err(format!(
+                "/{} is a symlink or not a directory; nubo reads the image's boot files only through real directories",
+                Path::new(&p).strip_prefix(tree).unwrap_or(&p).display()
+            ));
+        }
+        if i + 1 == comps.len() {
+            return Ok(Some(m));
+        }
+    }
+    Ok(None)
+}
+
+fn is_regular(tree: &Path, rel: &Path) -> Result<bool, String> {
+    Ok(lookup(tree, rel)?.is_some_and(|m| m.file_type().is_file()))
+}
+
+/// Names in the real directory `rel` of `tree` (none when it is missing), sorted.
+fn names(tree: &Path, rel: &Path) -> Result<Vec<String>, String> {
+    match lookup(tree, rel)? {
+        Some(m) if m.file_type().is_dir() => {}
+        _ => return Ok(Vec::new()),
+    }
+    let dir = tree.join(rel);
+    let mut v: Vec<String> = fs::read_dir(&dir)
+        .map_err(|e| format!("cannot list /{}: {e}", rel.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// The newest kernel with its initramfs: `/boot/vmlinuz-V` + `/boot/initrd.img-V` (Debian,
+/// Ubuntu), else `/usr/lib/modules/V/vmlinuz` + `initramfs.img` beside it (bootc, Fedora).
+/// Symlinks are not boot files here: only regular files under real directories count.
+pub fn find_kernel(tree: &Path) -> Result<KernelFiles, String> {
+    let mut looked = Vec::new();
+    for name in names(tree, Path::new("boot"))?.iter().rev() {
+        let Some(version) = name.strip_prefix("vmlinuz-") else {
+            continue;
+        };
+        let kernel = Path::new("boot").join(name);
+        let initrd = Path::new("boot").join(format!("initrd.img-{version}"));
+        if is_regular(tree, &kernel)? {
+            if is_regular(tree, &initrd)? {
+                return Ok(KernelFiles { kernel, initrd });
+            }
+            looked.push(format!("/{} has no /{}", kernel.display(), initrd.display()));
+        }
+    }
+    let modules = Path::new("usr/lib/modules");
+    for version in names(tree, modules)?.iter().rev() {
+        let kernel = modules.join(version).join("vmlinuz");
+        let initrd = modules.join(version).join("initramfs.img");
+        if is_regular(tree, &kernel)? {
+            if is_regular(tree, &initrd)? {
+                return Ok(KernelFiles { kernel, initrd });
+            }
+            looked.push(format!("/{} has no /{}", kernel.display(), initrd.display()));
+        }
+    }
+    if looked.is_empty() {
+        looked.push("neither /boot/vmlinuz-* nor /usr/lib/modules/*/vmlinuz is in it".into());
+    }
+    Err(looked.join("; "))
+}
+
+/// Whether the image has cloud-init's entry point.
+pub fn has_cloud_init(tree: &Path) -> bool {
+    lookup(tree, Path::new("usr/bin/cloud-init"))
+        .ok()
+        .flatten()
+        .is_some_and(|m| !m.file_type().is_dir())
+}
+
+/// Writes `contents` at `rel` in the tree: missing parents made, whatever was at the name
+/// (a file, a symlink) replaced, never written through.
+fn write_in_tree(tree: &Path, rel: &str, contents: &str) -> Result<(), String> {
+    let rel = Path::new(rel);
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    let mut p = tree.to_path_buf();
+    for c in parent.components() {
+        p.push(c);
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_dir() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "/{} is a symlink or not a directory; nubo writes /{} only under real directories",
+                    p.strip_prefix(tree).unwrap_or(&p).display(),
+                    rel.display()
+                ))
+            }
+            Err(_) => fs::create_dir(&p).map_err(|e| format!("cannot create {}: {e}", p.display()))?,
+        }
+    }
+    let path = tree.join(rel);
+    if let Ok(m) = fs::symlink_metadata(&path) {
+        if m.file_type().is_dir() {
+            return Err(format!("/{} is a directory", rel.display()));
+        }
+        fs::remove_file(&path).map_err(|e| format!("cannot replace /{}: {e}", rel.display()))?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&path)
+        .and_then(|mut f| f.write_all(contents.as_bytes()))
+        .map_err(|e| format!("cannot write /{}: {e}", rel.display()))
+}
+
+/// What nubo lays over the image: root and the ESP by UUID in fstab, GRUB's menu booting the
+/// image's own kernel, the ESP's mount point.
+pub fn prepare_tree(tree: &Path, ids: &Ids, k: &KernelFiles) -> Result<(), String> {
+    write_in_tree(
+        tree,
+        "etc/fstab",
+        &format!(
+            "# <file system> <mount point> <type> <options> <dump> <pass>\n\
+             UUID={} / ext4 rw,discard,errors=remount-ro 0 1\n\
+             UUID={} /boot/efi vfat umask=0077,nofail 0 0\n",
+            ids.root_uuid, ids.esp_id
+        ),
+    )?;
+    write_in_tree(
+        tree,
+        "boot/grub/grub.cfg",
+        &grub::grub_cfg_for(
+            &ids.root_uuid,
+            &format!("/{}", k.kernel.display()),
+            &format!("/{}", k.initrd.display()),
+        ),
+    )?;
+    match lookup(tree, Path::new("boot/efi"))? {
+        Some(m) if m.file_type().is_dir() => Ok(()),
+        Some(_) => Err("/boot/efi is not a directory".into()),
+        None => fs::create_dir(tree.join("boot/efi")).map_err(|e| format!("cannot create /boot/efi: {e}")),
+    }
+}
+
+/// The tree made a disk. Needs root (the tree's files keep their owners in the filesystem).
+pub fn assemble(
+    host: &Host,
+    spec: &ContainerSpec<'_>,
+    progress: &mut dyn Progress,
+) -> Result<Assembled, BootstrapError> {
+    let t0 = Instant::now();
+    let image = spec.source_digest.to_owned();
+    let bad = |why: String| BootstrapError::BadTree {
+        image: image.clone(),
+        why,
+    };
+    if host.mode != Mode::Root {
+        return Err(BootstrapError::NoPrivilege(
+            "a container image's files keep their owners only when unpacked and assembled as root; run `nubo image from-container` as root".into(),
+        ));
+    }
+    let k = find_kernel(spec.tree).map_err(|why| BootstrapError::NoKernel {
+        image: image.clone(),
+        why,
+    })?;
+    let cloud_init = has_cloud_init(spec.tree);
+    if !cloud_init && !spec.appliance {
+        return Err(BootstrapError::NoCloudInit { image: image.clone() });
+    }
+    let work_parent =
+        std::path::absolute(spec.work_parent).map_err(io_err("cannot make an absolute path of", spec.work_parent))?;
+    let work = tempfile::Builder::new()
+        .prefix("from-container-")
+        .tempdir_in(&work_parent)
+        .map_err(io_err("cannot create the build directory in", &work_parent))?;
+    let ids = container_ids(spec.source_digest);
+    prepare_tree(spec.tree, &ids, &k).map_err(bad)?;
+    let layout = Layout::for_size(spec.size);
+    let tree = TreeGuard {
+        host,
+        path: std::path::absolute(spec.tree).map_err(io_err("cannot make an absolute path of", spec.tree))?,
+    };
+    let mut runner = Runner {
+        log: work.path().join("build.log"),
+        progress,
+    };
+    let disk = disk_stages(
+        host,
+        &mut runner,
+        &DiskSpec {
+            work: work.path(),
+            tree: &tree,
+            layout: &layout,
+            ids: &ids,
+            epoch: spec.epoch,
+            kernel: &k.kernel,
+            initrd: &k.initrd,
+            format: spec.format,
+        },
+    )?;
+    let size = fs::metadata(&disk.path)
+        .map_err(io_err("cannot stat", &disk.path))?
+        .len();
+    Ok(Assembled {
+        _work: work,
+        disk: disk.path,
+        kernel: disk.kernel,
+        initrd: disk.initrd,
+        cmdline: grub::kernel_cmdline(&ids.root_uuid),
+        digest: disk.digest,
+        size,
+        virtual_size: layout.disk_bytes,
+        root_uuid: ids.root_uuid,
+        kernel_path: format!("/{}", k.kernel.display()),
+        initrd_path: format!("/{}", k.initrd.display()),
+        cloud_init,
+        elapsed: t0.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn tree() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn touch(t: &Path, rel: &str) {
+        let p = t.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, b"x").unwrap();
+    }
+
+    #[test]
+    fn find_kernel_debian_boot_newest_version() {
+        let t = tree();
+        for f in [
+            "boot/vmlinuz-6.1.0-1-amd64",
+            "boot/initrd.img-6.1.0-1-amd64",
+            "boot/vmlinuz-6.1.0-2-amd64",
+            "boot/initrd.img-6.1.0-2-amd64",
+        ] {
+            touch(t.path(), f);
+        }
+
+        let k = find_kernel(t.path()).unwrap();
+
+        assert_eq!(
+            (k.kernel, k.initrd),
+            (
+                "boot/vmlinuz-6.1.0-2-amd64".into(),
+                "boot/initrd.img-6.1.0-2-amd64".into()
+            )
+        );
+    }
+
+    #[test]
+    fn find_kernel_bootc_modules_dir() {
+        let t = tree();
+        touch(t.path(), "usr/lib/modules/6.8.5/vmlinuz");
+        touch(t.path(), "usr/lib/modules/6.8.5/initramfs.img");
+
+        let k = find_kernel(t.path()).unwrap();
+
+        assert_eq!(k.kernel, Path::new("usr/lib/modules/6.8.5/vmlinuz"));
+    }
+
+    #[test]
+    fn find_kernel_none_says_what_was_looked_for() {
+        let t = tree();
+        touch(t.path(), "etc/os-release");
+
+        let err = find_kernel(t.path()).unwrap_err();
+
+        assert!(err.contains("/boot/vmlinuz-*"), "{err}");
+    }
+
+    #[test]
+    fn find_kernel_without_initrd_named() {
+        let t = tree();
+        touch(t.path(), "boot/vmlinuz-6.1.0-1-amd64");
+
+        let err = find_kernel(t.path()).unwrap_err();
+
+        assert!(err.contains("has no /boot/initrd.img-6.1.0-1-amd64"), "{err}");
+    }
+
+    #[test]
+    fn find_kernel_symlinked_boot_refused() {
+        let t = tree();
+        let host = tree();
+        touch(host.path(), "vmlinuz-9-amd64");
+        touch(host.path(), "initrd.img-9-amd64");
+        symlink(host.path(), t.path().join("boot")).unwrap();
+
+        let err = find_kernel(t.path()).unwrap_err();
+
+        assert!(err.contains("neither"), "{err}");
+    }
+
+    #[test]
+    fn find_kernel_symlinked_kernel_file_skipped() {
+        let t = tree();
+        let host = tree();
+        touch(host.path(), "k");
+        fs::create_dir(t.path().join("boot")).unwrap();
+        symlink(host.path().join("k"), t.path().join("boot/vmlinuz-9")).unwrap();
+        symlink(host.path().join("k"), t.path().join("boot/initrd.img-9")).unwrap();
+
+        assert!(find_kernel(t.path()).is_err());
+    }
+
+    #[test]
+    fn has_cloud_init_needs_usr_bin_cloud_init() {
+        let t = tree();
+        assert!(!has_cloud_init(t.path()));
+
+        touch(t.path(), "usr/bin/cloud-init");
+
+        assert!(has_cloud_init(t.path()));
+    }
+
+    #[test]
+    fn prepare_tree_writes_fstab_and_grub_cfg_for_image_kernel() {
+        let t = tree();
+        touch(t.path(), "etc/fstab");
+        let ids = container_ids("sha256:abc");
+        let k = KernelFiles {
+            kernel: "boot/vmlinuz-6.1.0-2-amd64".into(),
+            initrd: "boot/initrd.img-6.1.0-2-amd64".into(),
+        };
+
+        prepare_tree(t.path(), &ids, &k).unwrap();
+
+        let fstab = fs::read_to_string(t.path().join("etc/fstab")).unwrap();
+        assert!(fstab.contains(&format!("UUID={} / ext4", ids.root_uuid)), "{fstab}");
+        let cfg = fs::read_to_string(t.path().join("boot/grub/grub.cfg")).unwrap();
+        assert!(
+            cfg.contains(&format!(
+                "linux /boot/vmlinuz-6.1.0-2-amd64 root=UUID={} ro",
+                ids.root_uuid
+            )) && cfg.contains("initrd /boot/initrd.img-6.1.0-2-amd64\n"),
+            "{cfg}"
+        );
+        assert!(t.path().join("boot/efi").is_dir());
+    }
+
+    #[test]
+    fn prepare_tree_symlinked_etc_refused_host_untouched() {
+        let t = tree();
+        let host = tree();
+        symlink(host.path(), t.path().join("etc")).unwrap();
+        let k = KernelFiles {
+            kernel: "boot/k".into(),
+            initrd: "boot/i".into(),
+        };
+
+        let err = prepare_tree(t.path(), &container_ids("sha256:abc"), &k).unwrap_err();
+
+        assert!(err.contains("/etc is a symlink"), "{err}");
+        assert_eq!(fs::read_dir(host.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn prepare_tree_fstab_symlink_replaced_not_followed() {
+        let t = tree();
+        let host = tree();
+        fs::create_dir(t.path().join("etc")).unwrap();
+        fs::write(host.path().join("victim"), b"host").unwrap();
+        symlink(host.path().join("victim"), t.path().join("etc/fstab")).unwrap();
+        let k = KernelFiles {
+            kernel: "boot/k".into(),
+            initrd: "boot/i".into(),
+        };
+
+        prepare_tree(t.path(), &container_ids("sha256:abc"), &k).unwrap();
+
+        assert_eq!(fs::read(host.path().join("victim")).unwrap(), b"host");
+        assert!(fs::symlink_metadata(t.path().join("etc/fstab")).unwrap().is_file());
+    }
+
+    #[test]
+    fn container_ids_differ_from_recipe_key_ids() {
+        assert_ne!(container_ids("sha256:abc"), Ids::derive("sha256:abc"));
+        assert_eq!(container_ids("sha256:abc"), container_ids("sha256:abc"));
+    }
+}
