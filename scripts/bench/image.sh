@@ -6,6 +6,7 @@
 #           while streaming, fsync, rename into the store) vs `curl -o`
 # Run via scripts/bench.sh (which builds the release binary and sets NUBO_BIN), or directly.
 set -euo pipefail
+. "$(dirname "$0")/lib/tls.sh"
 NUBO_BIN=${NUBO_BIN:-target/release/nubo}
 SIZE_MIB=${NUBO_BENCH_IMAGE_MIB:-400}
 RUNS=${NUBO_BENCH_RUNS:-3}
@@ -47,15 +48,7 @@ printf "openssl dgst -sha256  %8.3fs  %8s MiB/s\n" "$t_ossl" "$(rate "$t_ossl")"
 printf "ratio nubo/openssl (throughput): %.2fx\n" "$(echo "$t_ossl / $t_nubo" | bc -l)"
 
 echo "-- pull: ${SIZE_MIB} MiB over HTTPS from 127.0.0.1 (best of $RUNS)"
-# A CA and a leaf for 127.0.0.1: webpki refuses a self-signed CA certificate used by the server itself.
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
-  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
-  -keyout "$work/ca.key" -out "$work/ca.pem" >/dev/null 2>&1
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
-  -keyout "$work/key.pem" -out "$work/leaf.csr" >/dev/null 2>&1
-printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$work/leaf.ext"
-openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
-  -extfile "$work/leaf.ext" -out "$work/cert.pem" >/dev/null 2>&1
+bench_tls_cert "$work"
 mkdir -p "$work/www" && ln "$file" "$work/www/image.raw"
 cat >"$work/serve.py" <<'PY'
 import http.server, ssl, sys, functools

@@ -11,6 +11,7 @@
 # Needs root (owners are kept), docker-registry, apache2-utils, skopeo, debugfs and the cached
 # image (`cargo test -p nubo-live --test fixture` builds it). Run via scripts/bench.sh oci-boot.
 set -euo pipefail
+. "$(dirname "$0")/lib/tls.sh"
 NUBO_BIN=${NUBO_BIN:-target/release/nubo}
 RUNS=${NUBO_BENCH_RUNS:-2}
 [ "$(id -u)" = 0 ] || { echo "skipped: needs root (a container disk keeps its files' owners)"; exit 0; }
@@ -60,40 +61,7 @@ printf '{"imageLayoutVersion":"1.0.0"}' >"$work/oci/oci-layout"
 printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"annotations":{"org.opencontainers.image.ref.name":"1"}}]}' \
   "$md" "${#manifest}" >"$work/oci/index.json"
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
-  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
-  -keyout "$work/ca.key" -out "$work/ca.pem" >/dev/null 2>&1
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
-  -keyout "$work/key.pem" -out "$work/leaf.csr" >/dev/null 2>&1
-printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$work/leaf.ext"
-openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
-  -extfile "$work/leaf.ext" -out "$work/cert.pem" >/dev/null 2>&1
-mkdir -p "$work/certs" && cp "$work/ca.pem" "$work/certs/ca.crt"
-htpasswd -Bbn bench bench-password >"$work/htpasswd" 2>/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-host="127.0.0.1:$port"
-cat >"$work/config.yml" <<YML
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/storage
-http:
-  addr: $host
-  tls:
-    certificate: $work/cert.pem
-    key: $work/key.pem
-auth:
-  htpasswd:
-    realm: nubo-bench
-    path: $work/htpasswd
-YML
-docker-registry serve "$work/config.yml" >"$work/registry.log" 2>&1 &
-registry_pid=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+bench_tls_registry "$work"
 skopeo --insecure-policy copy -q --dest-creds bench:bench-password --dest-cert-dir "$work/certs" \
   --digestfile "$work/pushed" "oci:$work/oci:1" "docker://$host/bench/os:1" >/dev/null
 ref="$host/bench/os@$(cat "$work/pushed")"

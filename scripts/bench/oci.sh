@@ -14,6 +14,7 @@
 # Needs docker-registry, apache2-utils (htpasswd), skopeo, and the live tests' cached image
 # (`cargo test -p nubo-live --test fixture` builds it). Run via scripts/bench.sh oci.
 set -euo pipefail
+. "$(dirname "$0")/lib/tls.sh"
 NUBO_BIN=${NUBO_BIN:-target/release/nubo}
 RUNS=${NUBO_BENCH_RUNS:-3}
 for t in docker-registry htpasswd skopeo; do
@@ -45,40 +46,7 @@ size=$(stat -c %s "$disk_blob")
 disk_digest=$(basename "$disk_blob" .qcow2)
 mib=$(echo "$size / 1048576" | bc -l)
 
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj "/CN=nubo bench CA" \
-  -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign \
-  -keyout "$work/ca.key" -out "$work/ca.pem" >/dev/null 2>&1
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj /CN=127.0.0.1 \
-  -keyout "$work/key.pem" -out "$work/leaf.csr" >/dev/null 2>&1
-printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$work/leaf.ext"
-openssl x509 -req -in "$work/leaf.csr" -CA "$work/ca.pem" -CAkey "$work/ca.key" -CAcreateserial -days 1 \
-  -extfile "$work/leaf.ext" -out "$work/cert.pem" >/dev/null 2>&1
-mkdir -p "$work/certs" && cp "$work/ca.pem" "$work/certs/ca.crt"
-htpasswd -Bbn bench bench-password >"$work/htpasswd" 2>/dev/null
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-host="127.0.0.1:$port"
-cat >"$work/config.yml" <<YML
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/storage
-http:
-  addr: $host
-  tls:
-    certificate: $work/cert.pem
-    key: $work/key.pem
-auth:
-  htpasswd:
-    realm: nubo-bench
-    path: $work/htpasswd
-YML
-docker-registry serve "$work/config.yml" >"$work/registry.log" 2>&1 &
-registry_pid=$!
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+bench_tls_registry "$work"
 
 export NUBO_ROOT="$work/src"
 printf 'bench-password\n' | "$NUBO_BIN" registry login "$host" -u bench --password-stdin --ca-cert "$work/ca.pem" >/dev/null
