@@ -10,6 +10,7 @@ pub mod file;
 pub mod fsmode;
 pub mod hex;
 pub mod input;
+pub mod limits;
 pub mod name;
 pub mod port;
 pub mod roots;

@@ -175,6 +175,25 @@ fn problem(kind: NameKind, s: &str) -> Option<Problem> {
     }
 }
 
+/// Checks `h` as an RFC 1123 host name ([`NameKind::Hostname`]) and returns `(quoted name, why)`
+/// when it is not one. Non-ASCII names are refused rather than converted: the guest's `hostname`
+/// needs the punycode form, and converting silently would make the name the user sees differ
+/// from the VM's. Shared by the seed (`meta-data`) and the spec's checks.
+pub fn hostname_problem(h: &str) -> Option<(String, String)> {
+    if let Some(c) = h.chars().find(|c| !c.is_ascii()) {
+        return Some((
+            quote(h),
+            format!(
+                "`{}` is not ASCII: use the name's punycode (xn--) form",
+                quote(&c.to_string())
+            ),
+        ));
+    }
+    check(NameKind::Hostname, h)
+        .err()
+        .map(|e| (e.name, format!("{}: {}", e.problem, NameKind::Hostname.grammar())))
+}
+
 /// Untrusted text for an error message: at most 80 characters, every control character (newline
 /// and tab included), bidirectional override and other invisible formatting character escaped
 /// as `{:?}` would, so the text stays on its line and cannot drive the terminal.
@@ -379,5 +398,17 @@ mod tests {
     #[test]
     fn parse_empty_rejected() {
         assert_eq!(VmName::parse("").unwrap_err().problem, Problem::Empty);
+    }
+
+    #[test]
+    fn hostname_problem_fqdn_is_none() {
+        assert_eq!(hostname_problem("web-1.example.org"), None);
+    }
+
+    #[test]
+    fn hostname_problem_non_ascii_names_punycode() {
+        let (_, why) = hostname_problem("café").unwrap();
+
+        assert!(why.contains("punycode"), "{why}");
     }
 }

@@ -125,6 +125,13 @@ impl Lowered {
     }
 }
 
+/// The seed codec's content checks of cloud-init payloads (the engine passes the same).
+const SEED_CHECKS: nubo_spec::PayloadChecks = nubo_spec::PayloadChecks {
+    user_data: |b| nubo_seed::validate_user_data(b).map_err(|e| e.to_string()),
+    network_config: |b| nubo_seed::validate_network_config(b).map_err(|e| e.to_string()),
+    vendor_data: |b| nubo_seed::validate_vendor_data(b).map_err(|e| e.to_string()),
+};
+
 /// Lowers `doc` to a [`VmSpec`] and validates it; every problem is returned, each at its key.
 pub fn lower(doc: Document, files: &dyn Files) -> Result<Lowered, ManifestErrors> {
     let mut cx = Cx {
@@ -153,7 +160,10 @@ pub fn lower(doc: Document, files: &dyn Files) -> Result<Lowered, ManifestErrors
         key_origin,
         notes,
     };
-    lowered.spec.validate().map_err(|e| lowered.spec_errors(&e))?;
+    lowered
+        .spec
+        .validate_with(&SEED_CHECKS)
+        .map_err(|e| lowered.spec_errors(&e))?;
     Ok(lowered)
 }
 

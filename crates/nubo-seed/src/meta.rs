@@ -1,7 +1,7 @@
 //! `meta-data`: the instance-id and local-hostname cloud-init's NoCloud datasource reads.
 
 use nubo_core::file::escape_control;
-use nubo_core::name::{self, NameKind};
+use nubo_core::name;
 
 use crate::error::SeedError;
 use crate::yaml::{quote, scalar};
@@ -14,19 +14,10 @@ const MAX_INSTANCE_ID: usize = 255;
 /// needs the punycode form, and converting silently would make the name the user sees differ
 /// from the VM's.
 pub fn validate_hostname(h: &str) -> Result<(), SeedError> {
-    if let Some(c) = h.chars().find(|c| !c.is_ascii()) {
-        return Err(SeedError::InvalidHostname {
-            hostname: name::quote(h),
-            why: format!(
-                "`{}` is not ASCII: use the name's punycode (xn--) form",
-                name::quote(&c.to_string())
-            ),
-        });
+    match name::hostname_problem(h) {
+        None => Ok(()),
+        Some((hostname, why)) => Err(SeedError::InvalidHostname { hostname, why }),
     }
-    name::check(NameKind::Hostname, h).map_err(|e| SeedError::InvalidHostname {
-        hostname: e.name,
-        why: format!("{}: {}", e.problem, NameKind::Hostname.grammar()),
-    })
 }
 
 /// Checks an instance-id: cloud-init uses it as a directory name, so it is kept to a portable

@@ -28,7 +28,7 @@ pub use mount::{check_mounts, MountSpec, MAX_MOUNTS};
 pub use payload::Payload;
 pub use spec::{CloudInitSpec, DiskSource, Firmware, KernelBoot, Machine, Network, Resources, VmSpec};
 pub use uri::{ConnectUri, UriError};
-pub use validate::{check_boot_timeout, check_ssh_user};
+pub use validate::{check_boot_timeout, check_ssh_user, PayloadCheck, PayloadChecks};
 
 #[cfg(test)]
 mod tests;

@@ -35,9 +35,9 @@ pub const MIN_BOOT_TIMEOUT: Duration = Duration::from_secs(1);
 /// `Instant + timeout` far from overflow (a `18446744073709551615s` timeout once panicked).
 pub const MAX_BOOT_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Each seed file's limit (`nubo_seed::MAX_FILE_SIZE`, 16 MiB): checked here, before the engine
+/// Each seed file's limit ([`nubo_core::limits::MAX_SEED_FILE_SIZE`], 16 MiB): checked here, before the engine
 /// takes the VM's lock or writes its record and overlay, not when the seed is built.
-pub const MAX_PAYLOAD: u64 = nubo_seed::MAX_FILE_SIZE;
+pub const MAX_PAYLOAD: u64 = nubo_core::limits::MAX_SEED_FILE_SIZE;
 
 /// Real key lines (RSA-16384 with a long comment) are under 3 KiB; 16 KiB refuses a pasted file,
 /// not a key.

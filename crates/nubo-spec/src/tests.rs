@@ -22,15 +22,22 @@ fn spec() -> VmSpec {
 }
 
 /// The paths of `s`'s errors, or nothing when it is valid.
+/// The checks the engine and the manifest loader pass: the seed codec's.
+const SEED: PayloadChecks = PayloadChecks {
+    user_data: |b| nubo_seed::validate_user_data(b).map_err(|e| e.to_string()),
+    network_config: |b| nubo_seed::validate_network_config(b).map_err(|e| e.to_string()),
+    vendor_data: |b| nubo_seed::validate_vendor_data(b).map_err(|e| e.to_string()),
+};
+
 fn paths(s: &VmSpec) -> Vec<String> {
-    match s.validate() {
+    match s.validate_with(&SEED) {
         Ok(()) => Vec::new(),
         Err(e) => e.errors().iter().map(|e| e.path.clone()).collect(),
     }
 }
 
 fn message(s: &VmSpec) -> String {
-    s.validate().unwrap_err().to_string()
+    s.validate_with(&SEED).unwrap_err().to_string()
 }
 
 fn full() -> VmSpec {
@@ -171,6 +178,22 @@ fn validate_user_data_plain_text_reports_path() {
     s.cloud_init.user_data = Some(Payload::new(b"hostname: a\n".to_vec()));
 
     assert_eq!(paths(&s), ["spec.cloudInit.userData"]);
+}
+
+#[test]
+fn validate_without_payload_checks_leaves_content_to_the_seed() {
+    let mut s = spec();
+    s.cloud_init.user_data = Some(Payload::new(b"hostname: a\n".to_vec()));
+
+    assert_eq!(s.validate(), Ok(()));
+}
+
+#[test]
+fn validate_without_payload_checks_still_refuses_17_mib() {
+    let mut s = spec();
+    s.cloud_init.user_data = Some(Payload::new(vec![b'#'; 17 * MIB as usize]));
+
+    assert!(s.validate().is_err());
 }
 
 #[test]

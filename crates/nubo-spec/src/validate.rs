@@ -17,8 +17,17 @@ use crate::uri::{ConnectUri, Origin};
 
 impl VmSpec {
     /// Checks every field and returns every problem found, in field order. Pure: the same spec
-    /// always gives the same answer.
+    /// always gives the same answer. The payloads' sizes are checked; their content (cloud-init
+    /// YAML) is checked by [`validate_with`](Self::validate_with), which the engine and the
+    /// manifest loader call with the seed codec's checks.
     pub fn validate(&self) -> Result<(), SpecErrors> {
+        self.validate_with(&PayloadChecks::NONE)
+    }
+
+    /// [`validate`](Self::validate), with each cloud-init payload's content checked by `payloads`
+    /// (the same bounded YAML checks `seed build` makes, so an alias bomb is refused on every
+    /// path that puts YAML into a seed).
+    pub fn validate_with(&self, payloads: &PayloadChecks) -> Result<(), SpecErrors> {
         let mut e = Vec::new();
         source(&self.source, &mut e);
         resources(&self.resources, &mut e);
@@ -41,7 +50,7 @@ impl VmSpec {
             }
         }
         crate::ports::check(&self.ports, &self.network, &mut e);
-        cloud_init(&self.cloud_init, &mut e);
+        cloud_init(&self.cloud_init, payloads, &mut e);
         if let Some(b) = &self.backend {
             if let Err(why) = backend_id(b) {
                 e.push(FieldError::new(Field::Backend, why));
@@ -60,6 +69,33 @@ impl VmSpec {
         crate::mount::check(&self.mounts, &mut e);
         SpecErrors::check(e)
     }
+}
+
+/// A check of one payload's content: `Err` says why it is refused (`is not a format cloud-init
+/// runs: ...`).
+pub type PayloadCheck = fn(&[u8]) -> Result<(), String>;
+
+/// The content checks of the cloud-init payloads. They live with the seed codec (`nubo-seed`'s
+/// bounded YAML checker), which this crate does not depend on: whoever validates a spec before
+/// making a VM (the engine, the manifest loader) passes them in.
+#[derive(Debug, Clone, Copy)]
+pub struct PayloadChecks {
+    pub user_data: PayloadCheck,
+    pub network_config: PayloadCheck,
+    pub vendor_data: PayloadCheck,
+}
+
+impl PayloadChecks {
+    /// Sizes only: the content is checked later, when the seed is built.
+    pub const NONE: PayloadChecks = PayloadChecks {
+        user_data: accept,
+        network_config: accept,
+        vendor_data: accept,
+    };
+}
+
+fn accept(_: &[u8]) -> Result<(), String> {
+    Ok(())
 }
 
 /// Checks a user name for `ssh` (also `vm ssh --user`): POSIX portable,
@@ -399,7 +435,7 @@ fn overrides(spec: &VmSpec, e: &mut Vec<FieldError>) {
     }
 }
 
-fn cloud_init(c: &CloudInitSpec, e: &mut Vec<FieldError>) {
+fn cloud_init(c: &CloudInitSpec, payloads: &PayloadChecks, e: &mut Vec<FieldError>) {
     if c.seed.is_some() {
         let given: Vec<&str> = [
             (c.hostname.is_some(), "hostname"),
@@ -425,8 +461,11 @@ fn cloud_init(c: &CloudInitSpec, e: &mut Vec<FieldError>) {
         check_path(Field::CloudInitSeed, "", seed, e);
     }
     if let Some(h) = &c.hostname {
-        if let Err(err) = nubo_seed::validate_hostname(h) {
-            e.push(FieldError::new(Field::CloudInitHostname, err.to_string()));
+        if let Some((hostname, why)) = nubo_core::name::hostname_problem(h) {
+            e.push(FieldError::new(
+                Field::CloudInitHostname,
+                format!("hostname `{hostname}` is invalid: {why}"),
+            ));
         }
     }
     if c.ssh_keys.len() > MAX_SSH_KEYS {
@@ -442,8 +481,8 @@ fn cloud_init(c: &CloudInitSpec, e: &mut Vec<FieldError>) {
     }
     if let Some(p) = &c.user_data {
         if let Some(bytes) = payload(Field::CloudInitUserData, p, e) {
-            if let Err(err) = nubo_seed::validate_user_data(bytes) {
-                e.push(FieldError::new(Field::CloudInitUserData, err.to_string()));
+            if let Err(why) = (payloads.user_data)(bytes) {
+                e.push(FieldError::new(Field::CloudInitUserData, why));
             }
         }
     }
@@ -451,15 +490,15 @@ fn cloud_init(c: &CloudInitSpec, e: &mut Vec<FieldError>) {
     // path that puts YAML into a seed (flags, manifests, inline or from a file).
     if let Some(p) = &c.network_config {
         if let Some(bytes) = payload(Field::CloudInitNetworkConfig, p, e) {
-            if let Err(err) = nubo_seed::validate_network_config(bytes) {
-                e.push(FieldError::new(Field::CloudInitNetworkConfig, err.to_string()));
+            if let Err(why) = (payloads.network_config)(bytes) {
+                e.push(FieldError::new(Field::CloudInitNetworkConfig, why));
             }
         }
     }
     if let Some(p) = &c.vendor_data {
         if let Some(bytes) = payload(Field::CloudInitVendorData, p, e) {
-            if let Err(err) = nubo_seed::validate_vendor_data(bytes) {
-                e.push(FieldError::new(Field::CloudInitVendorData, err.to_string()));
+            if let Err(why) = (payloads.vendor_data)(bytes) {
+                e.push(FieldError::new(Field::CloudInitVendorData, why));
             }
         }
     }

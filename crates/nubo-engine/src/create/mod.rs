@@ -33,6 +33,14 @@ struct Inputs {
     own_seed: Option<(Vec<u8>, SeedFormat)>,
 }
 
+/// The seed codec's content checks of cloud-init payloads, which [`VmSpec::validate_with`] runs
+/// before the VM's lock is taken or any file is made.
+pub const SEED_CHECKS: nubo_spec::PayloadChecks = nubo_spec::PayloadChecks {
+    user_data: |b| nubo_seed::validate_user_data(b).map_err(|e| e.to_string()),
+    network_config: |b| nubo_seed::validate_network_config(b).map_err(|e| e.to_string()),
+    vendor_data: |b| nubo_seed::validate_vendor_data(b).map_err(|e| e.to_string()),
+};
+
 impl Engine {
     /// Validates `spec` and plans its creation, writing nothing for the VM (an image that is
     /// not local yet is pulled into the store). The plan is what a dry run prints.
@@ -55,7 +63,7 @@ impl Engine {
         pull: bool,
         events: &mut dyn FnMut(Event),
     ) -> Result<(Plan, Facts), EngineError> {
-        spec.validate()?;
+        spec.validate_with(&SEED_CHECKS)?;
         let facts = self.gather(spec, pull, events)?;
         let (mut plan, _caps) = plan::decide(spec, &facts, &self.registry)?;
         let backend = self.registry.resolve(plan.backend)?;

@@ -8,9 +8,10 @@ use super::{sectors_for, FIRST_DESCRIPTOR, FLAG_DIRECTORY, SECTOR, STANDARD_ID, 
 use crate::error::SeedError;
 use crate::SeedFile;
 
-/// Largest seed file: the brief's 16 MiB of user-data, comfortably inside one ISO9660 extent
-/// (4 GiB), and a bound on what a build holds in memory. Larger payloads belong in the image.
-pub const MAX_FILE_SIZE: u64 = 16 * 1024 * 1024;
+/// Largest seed file ([`nubo_core::limits::MAX_SEED_FILE_SIZE`], shared with the spec's checks):
+/// the brief's 16 MiB of user-data, comfortably inside one ISO9660 extent (4 GiB), and a bound on
+/// what a build holds in memory. Larger payloads belong in the image.
+pub const MAX_FILE_SIZE: u64 = nubo_core::limits::MAX_SEED_FILE_SIZE;
 
 /// Every timestamp in the image: 2020-01-01 00:00:00 UTC. A constant, so builds are reproducible
 /// and the crate never reads the clock.
