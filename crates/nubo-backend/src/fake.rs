@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use nubo_core::VmState;
 
 use crate::{
-    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, ConsoleLog, ConsoleStream, HostCheck, Launch,
-    MachineSpec, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, ConsoleLog, ConsoleStream, HostCheck,
+    Launch, MachineSpec, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 /// Bytes of "memory" a fake snapshot of a running VM holds.
@@ -56,13 +56,17 @@ impl FakeBackend {
             id,
             aliases: &[],
             auto: true,
-            caps: Capabilities {
-                pause: true,
-                direct_kernel: true,
-                efi: true,
-                port_forwards: true,
-                ..Capabilities::default()
-            },
+            caps: Capabilities::new(
+                &[
+                    Capability::Pause,
+                    Capability::DirectKernel,
+                    Capability::Efi,
+                    Capability::Bios,
+                    Capability::PortForwards,
+                    Capability::RestrictedNetwork,
+                ],
+                &[],
+            ),
             fail_boot: Arc::new(Mutex::new(None)),
             vms: Arc::new(Mutex::new(HashMap::new())),
             calls: Arc::new(Mutex::new(Vec::new())),
@@ -324,6 +328,14 @@ impl Backend for FakeBackend {
         self.set(vm.uuid, VmState::Paused);
         Ok(())
     }
+    fn freeze_disk_layer(&self, vm: &VmRef, frozen: usize, new_top: &std::path::Path) -> Result<(), BackendError> {
+        self.note(
+            "freeze-disk-layer",
+            &format!("{} {frozen} {}", vm.name, new_top.display()),
+        );
+        Ok(())
+    }
+
     fn snapshot_create(&self, vm: &VmRef, _spec: &MachineSpec, name: &str) -> Result<SnapshotTaken, BackendError> {
         self.note("snapshot-create", &format!("{} {name}", vm.name));
         let running = self.get(vm.uuid).is_active();

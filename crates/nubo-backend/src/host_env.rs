@@ -28,7 +28,7 @@ impl HostEnv {
 
     /// The executable `cmd` on [`HostEnv::path`].
     pub fn which(&self, cmd: &str) -> Option<PathBuf> {
-        crate::qemu::probe::which(cmd, self.path.as_deref())
+        crate::host::which(cmd, self.path.as_deref())
     }
 }
 

@@ -12,8 +12,10 @@
 
 pub mod chain;
 pub mod cloud_hypervisor;
+pub mod config;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+pub mod host;
 pub mod host_env;
 pub mod libvirt;
 pub mod ports;
@@ -30,6 +32,7 @@ use std::time::Duration;
 use nubo_core::{ErrorKind, VmState};
 use serde::{Deserialize, Serialize};
 
+pub use config::BackendConfig;
 pub use host_env::HostEnv;
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
 pub use spec::{
@@ -44,17 +47,26 @@ pub fn builtin_registry() -> Registry {
 
 /// Every built-in backend; `libvirt_uri` (`NUBO_LIBVIRT_URI`, read by the binary) replaces
 /// libvirt's default URI (`qemu:///system` for root, `qemu:///session` otherwise). The host
-/// environment is this process's, read now: a daemon uses [`builtin_registry_for`].
+/// environment is this process's, read now: a daemon uses [`builtin_registry_from`].
 pub fn builtin_registry_with(libvirt_uri: Option<nubo_spec::ConnectUri>) -> Registry {
     builtin_registry_for(libvirt_uri, &HostEnv::from_process())
 }
 
 /// [`builtin_registry_with`] over the host environment `host`, read by the caller.
 pub fn builtin_registry_for(libvirt_uri: Option<nubo_spec::ConnectUri>, host: &HostEnv) -> Registry {
+    builtin_registry_from(
+        &BackendConfig::new(host.clone()).with("libvirt", libvirt::LibvirtConfig { uri: libvirt_uri }),
+    )
+}
+
+/// Every built-in backend, each configured from `config` (its own part, by id, and the host
+/// environment). One line per backend: adding a backend is its folder plus its line here
+/// (docs/adding-a-backend.md).
+pub fn builtin_registry_from(config: &BackendConfig) -> Registry {
     Registry::new(vec![
-        Box::new(qemu::QemuBackend::with_host(host.clone())),
-        Box::new(cloud_hypervisor::CloudHypervisorBackend::with_host(host.clone())),
-        Box::new(libvirt::LibvirtBackend::new(libvirt_uri)),
+        Box::new(qemu::QemuBackend::with_host(config.host.clone())),
+        Box::new(cloud_hypervisor::CloudHypervisorBackend::with_host(config.host.clone())),
+        Box::new(libvirt::LibvirtBackend::configured(config)),
     ])
 }
 
@@ -75,21 +87,100 @@ pub enum Probe {
     },
 }
 
-/// What a backend can do; the engine refuses a spec needing more in `plan`, before any file
-/// exists.
+/// One thing a backend can do. The engine refuses a spec needing one its backend lacks in
+/// `plan`, before any file exists, and selection ([`select`]) picks backends by them: nothing
+/// outside a backend's folder names backend ids to decide behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    /// Snapshots of disks (stopped) and memory (running).
+    Snapshot,
+    Pause,
+    /// Boots a kernel the user gives (`--kernel`).
+    DirectKernel,
+    /// UEFI boot with firmware it finds itself (`--firmware efi`).
+    Efi,
+    /// Boots a disk through its own boot loader under a legacy BIOS: a distro cloud image
+    /// without `--kernel`.
+    Bios,
+    /// Runs a microVM machine ([`MachineKind::Microvm`]).
+    Microvm,
+    /// Its VMM is built for microVMs (not a general VMM with a microvm machine): selection
+    /// prefers it for microVM workloads.
+    MicrovmNative,
+    /// A daemon supervises its VMs (libvirtd: autostart, `virsh`, other tools see them):
+    /// selection prefers it for cloud images.
+    Supervised,
+    /// Networks known by name ([`NetworkMode::Named`]).
+    NamedNetworks,
+    /// Host ports forwarded to the guest ([`MachineSpec::ports`]); the guest is reachable
+    /// without privileges.
+    PortForwards,
+    /// The restricted network ([`NetworkMode::Restricted`]: the SSH forward and nothing else).
+    RestrictedNetwork,
+    /// Freezes the running VM's active disk layer into a new top file
+    /// ([`Backend::freeze_disk_layer`]), which `nubo image build` needs.
+    FreezeDiskLayer,
+}
+
+impl Capability {
+    /// Every capability, in declaration order.
+    pub const ALL: &'static [Capability] = &[
+        Capability::Snapshot,
+        Capability::Pause,
+        Capability::DirectKernel,
+        Capability::Efi,
+        Capability::Bios,
+        Capability::Microvm,
+        Capability::MicrovmNative,
+        Capability::Supervised,
+        Capability::NamedNetworks,
+        Capability::PortForwards,
+        Capability::RestrictedNetwork,
+        Capability::FreezeDiskLayer,
+    ];
+}
+
+/// What a backend can do ([`Backend::capabilities`], the one call that asks): a set of
+/// [`Capability`] and the per-backend option keys it accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Capabilities {
-    pub snapshot: bool,
-    pub pause: bool,
-    pub direct_kernel: bool,
-    pub efi: bool,
-    pub microvm: bool,
-    /// Networks known by name ([`NetworkMode::Named`]).
-    pub named_networks: bool,
-    /// Host ports forwarded to the guest ([`MachineSpec::ports`]).
-    pub port_forwards: bool,
+    set: std::collections::BTreeSet<Capability>,
     /// The per-backend option keys it accepts (`machine`, `accel`, ...).
     pub options: &'static [&'static str],
+}
+
+impl Capabilities {
+    pub fn new(caps: &[Capability], options: &'static [&'static str]) -> Capabilities {
+        Capabilities {
+            set: caps.iter().copied().collect(),
+            options,
+        }
+    }
+
+    pub fn has(&self, cap: Capability) -> bool {
+        self.set.contains(&cap)
+    }
+
+    /// Adds `cap` when `yes` (a capability that depends on the host, such as firmware found).
+    pub fn with(mut self, cap: Capability, yes: bool) -> Capabilities {
+        if yes {
+            self.set.insert(cap);
+        }
+        self
+    }
+
+    pub fn insert(&mut self, cap: Capability) {
+        self.set.insert(cap);
+    }
+
+    pub fn remove(&mut self, cap: Capability) {
+        self.set.remove(&cap);
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Capability> + '_ {
+        self.set.iter().copied()
+    }
 }
 
 /// One host check for `nubo doctor`, from the backend that needs it.
@@ -213,7 +304,7 @@ pub enum BackendError {
     Unsupported {
         backend: &'static str,
         verb: String,
-        alternative: &'static str,
+        alternative: String,
     },
     #[error("the {backend} backend is unavailable: {why}")]
     Unavailable { backend: &'static str, why: String },
@@ -256,11 +347,11 @@ impl BackendError {
     }
 
     /// The typed "unsupported" answer for a verb a backend cannot honour.
-    pub fn unsupported(backend: &'static str, verb: impl Into<String>, alternative: &'static str) -> BackendError {
+    pub fn unsupported(backend: &'static str, verb: impl Into<String>, alternative: impl Into<String>) -> BackendError {
         BackendError::Unsupported {
             backend,
             verb: verb.into(),
-            alternative,
+            alternative: alternative.into(),
         }
     }
 }
@@ -431,6 +522,19 @@ pub trait Backend: Send + Sync {
     }
     fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
+    }
+
+    /// Freezes the running VM's active disk layer ([`Capability::FreezeDiskLayer`]): the VMM
+    /// opens `new_top`, a new qcow2 file over the current top, as the OS disk's top, and writes
+    /// the old one no more, which `nubo image build` keeps as a step's cached layer. `frozen` is
+    /// how many layers this boot froze before (0 for the first), so each layer's name in the
+    /// VMM is unique. Typed "unsupported" by default.
+    fn freeze_disk_layer(&self, _vm: &VmRef, _frozen: usize, _new_top: &Path) -> Result<(), BackendError> {
+        Err(BackendError::unsupported(
+            self.id(),
+            "freezing a disk layer (image build)",
+            "a backend with the freeze-disk-layer capability",
+        ))
     }
 
     /// The hostname of the guest's DHCP lease on the backend's network, when the backend

@@ -1,6 +1,6 @@
 //! The backend registry and the selection precedence for new VMs.
 
-use crate::{Backend, BackendError};
+use crate::{Backend, BackendError, Capabilities, Capability};
 
 /// Built-in backends, by id. Ids and aliases are unique across the registry (checked in
 /// [`Registry::new`]).
@@ -41,6 +41,24 @@ impl Registry {
     pub fn iter(&self) -> impl Iterator<Item = &dyn Backend> {
         self.backends.iter().map(|b| b.as_ref())
     }
+
+    /// The ids of the backends that have `cap`, in registry order.
+    pub fn having(&self, cap: Capability) -> Vec<&'static str> {
+        self.iter()
+            .filter(|b| b.capabilities().has(cap))
+            .map(|b| b.id())
+            .collect()
+    }
+
+    /// The alternative an "unsupported" error names for `cap`: `the qemu or libvirt backend`,
+    /// from the backends that have it, or `fallback` when none does.
+    pub fn alternative(&self, cap: Capability, fallback: &str) -> String {
+        match self.having(cap).as_slice() {
+            [] => fallback.to_owned(),
+            [one] => format!("the {one} backend"),
+            [rest @ .., last] => format!("the {} or {last} backend", rest.join(", ")),
+        }
+    }
 }
 
 /// Where the backend choice came from, highest precedence first.
@@ -75,12 +93,12 @@ pub struct SelectionInput<'a> {
     pub default: Option<&'a str>,
     /// Ids of auto-selectable backends whose probe said Available, in preference order.
     pub available: &'a [&'a str],
-    /// A microVM workload (cloud-hypervisor, else QEMU's microvm machine).
+    /// A microVM workload: needs [`Capability::Microvm`], prefers [`Capability::MicrovmNative`].
     pub microvm_workload: bool,
     /// Booting with `--kernel` rather than the image's own boot loader.
     pub direct_kernel: bool,
-    /// The spec asks for the restricted network, which cloud-hypervisor refuses (its guests
-    /// sit on a host bridge): the heuristic passes it over rather than pick a refusal.
+    /// The spec asks for the restricted network: the heuristic passes over backends without
+    /// [`Capability::RestrictedNetwork`] rather than pick a refusal.
     pub restricted_network: bool,
 }
 
@@ -108,38 +126,69 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
             return Ok(Selection { id: b.id(), source });
         }
     }
-    // microVM workloads go to Cloud Hypervisor, else to QEMU's own microvm machine; a kernel
-    // boot goes to it only where neither QEMU nor libvirt is installed; a cloud image booted
-    // through its boot loader never (it has no BIOS, and EDK2 for it is rarely installed).
-    let prefer: &[&str] = if input.microvm_workload {
-        &["cloud-hypervisor", "qemu"]
-    } else if input.direct_kernel {
-        &["qemu", "libvirt", "cloud-hypervisor"]
-    } else {
-        &["libvirt", "qemu"]
+    let (need, prefer) = heuristic(input);
+    let runs = |b: &dyn Backend| {
+        let caps = b.capabilities();
+        caps.has(need) && (!input.restricted_network || caps.has(Capability::RestrictedNetwork))
     };
-    let can_run = |id: &str| !(input.restricted_network && id == "cloud-hypervisor");
-    prefer
+    let mut candidates: Vec<&dyn Backend> = reg
         .iter()
-        .find(|id| {
-            can_run(id) && input.available.contains(id) && reg.resolve(id).is_ok_and(|b| b.auto_selectable())
-        })
-        .map(|id| Selection {
-            id: reg.resolve(id).expect("checked above").id(),
+        .filter(|b| b.auto_selectable() && b.capabilities().has(need))
+        .collect();
+    // Stable: among equals, registry order decides.
+    candidates.sort_by_key(|b| prefer(&b.capabilities()));
+    if let Some(b) = candidates
+        .iter()
+        .copied()
+        .find(|b| runs(*b) && input.available.contains(&b.id()))
+    {
+        return Ok(Selection {
+            id: b.id(),
             source: Source::Heuristic,
+        });
+    }
+    let wanted: Vec<&str> = candidates.iter().map(|b| b.id()).collect();
+    let no_restricted: Vec<&str> = candidates
+        .iter()
+        .copied()
+        .filter(|b| input.restricted_network && !runs(*b) && input.available.contains(&b.id()))
+        .map(|b| b.id())
+        .collect();
+    Err(BackendError::Unavailable {
+        backend: "any",
+        why: format!(
+            "no backend is available for this VM (wanted one of {}){}: run `nubo doctor` to see what is missing",
+            wanted.join(", "),
+            if no_restricted.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} {} installed but {} no restricted network (use --network none or forward on it)",
+                    no_restricted.join(", "),
+                    if no_restricted.len() == 1 { "is" } else { "are" },
+                    if no_restricted.len() == 1 { "has" } else { "have" },
+                )
+            }
+        ),
+    })
+}
+
+/// The capability the workload needs, and the preference among the backends that have it
+/// (lower first), all from capabilities: a new backend takes part by declaring them.
+/// - microVM workloads: a VMM built for microVMs first, else a general VMM's microvm machine;
+/// - a kernel boot: a backend that reaches the guest without privileges (port forwards), the
+///   daemonless one first (nothing to set up for a quick loop);
+/// - a cloud image through its own boot loader (BIOS): a supervised backend (libvirtd) first.
+fn heuristic(input: &SelectionInput<'_>) -> (Capability, fn(&Capabilities) -> (bool, bool)) {
+    if input.microvm_workload {
+        (Capability::Microvm, |c| (!c.has(Capability::MicrovmNative), false))
+    } else if input.direct_kernel {
+        (Capability::DirectKernel, |c| {
+            (!c.has(Capability::PortForwards), c.has(Capability::Supervised))
         })
-        .ok_or_else(|| BackendError::Unavailable {
-            backend: "any",
-            why: format!(
-                "no backend is available for this VM (wanted one of {}){}: run `nubo doctor` to see what is missing",
-                prefer.join(", "),
-                if input.restricted_network && input.available.contains(&"cloud-hypervisor") {
-                    "; cloud-hypervisor is installed but has no restricted network (use --network none or forward on it)"
-                } else {
-                    ""
-                }
-            ),
-        })
+    } else {
+        (Capability::Bios, |c| (!c.has(Capability::Supervised), false))
+    }
 }
 
 #[cfg(test)]
@@ -147,11 +196,31 @@ mod tests {
     use super::*;
     use crate::fake::FakeBackend;
 
+    use Capability as C;
+
+    /// Fakes declaring the built-in backends' capabilities, in the built-in registry's order.
     fn reg() -> Registry {
+        let caps = |c: &[Capability]| Capabilities::new(c, &[]);
         Registry::new(vec![
-            Box::new(FakeBackend::new("qemu")),
-            Box::new(FakeBackend::new("libvirt")),
-            Box::new(FakeBackend::new("cloud-hypervisor").with_aliases(&["ch"])),
+            Box::new(FakeBackend::new("qemu").with_caps(caps(&[
+                C::DirectKernel,
+                C::Bios,
+                C::Microvm,
+                C::PortForwards,
+                C::RestrictedNetwork,
+            ]))),
+            Box::new(
+                FakeBackend::new("cloud-hypervisor")
+                    .with_aliases(&["ch"])
+                    .with_caps(caps(&[C::DirectKernel, C::Microvm, C::MicrovmNative])),
+            ),
+            Box::new(FakeBackend::new("libvirt").with_caps(caps(&[
+                C::DirectKernel,
+                C::Bios,
+                C::Supervised,
+                C::PortForwards,
+                C::RestrictedNetwork,
+            ]))),
         ])
     }
 
@@ -357,6 +426,30 @@ mod tests {
         let err = select(&reg(), &input).unwrap_err().to_string();
 
         assert!(err.contains("NUBO_VM_BACKEND") && err.contains("`vbox`"), "{err}");
+    }
+
+    #[test]
+    fn select_heuristic_new_backend_takes_part_by_capabilities_alone() {
+        let mut backends: Vec<Box<dyn Backend>> = vec![Box::new(
+            FakeBackend::new("proxmox").with_caps(Capabilities::new(&[C::Bios, C::Supervised], &[])),
+        )];
+        backends.push(Box::new(
+            FakeBackend::new("qemu").with_caps(Capabilities::new(&[C::Bios, C::DirectKernel], &[])),
+        ));
+        let reg = Registry::new(backends);
+        let input = SelectionInput {
+            available: &["qemu", "proxmox"],
+            ..Default::default()
+        };
+
+        assert_eq!(select(&reg, &input).unwrap().id, "proxmox");
+    }
+
+    #[test]
+    fn alternative_names_backends_having_the_capability() {
+        assert_eq!(reg().alternative(C::Bios, "x"), "the qemu or libvirt backend");
+        assert_eq!(reg().alternative(C::MicrovmNative, "x"), "the cloud-hypervisor backend");
+        assert_eq!(reg().alternative(C::FreezeDiskLayer, "none"), "none");
     }
 
     #[test]

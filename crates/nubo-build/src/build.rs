@@ -16,8 +16,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::BufReader;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command as Process;
 use std::time::{Duration, Instant};
@@ -224,7 +222,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
             }
         };
         let (key, public) = guest::build_key(&work, &id)?;
-        let spec = build_vm_spec(&vm, &base, &from, &r, req, &public)?;
+        let spec = build_vm_spec(engine.layer_backend()?, &vm, &base, &from, &r, req, &public)?;
         events(Event::Step(format!(
             "booting build vm `{vm}` ({})",
             if req.network {
@@ -244,9 +242,6 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
         let user = rec.ssh.user.clone();
         let ssh = nubo_engine::ssh::argv(&key, &work.join("known_hosts"), &rec.uuid, &user, addr, &[])?;
         let g = Guest { ssh };
-        let qmp = nubo_backend::qemu::state::QemuState::from_value(&vm, &rec.backend_state)
-            .map_err(|e| BuildError::Refused(e.to_string()))?
-            .qmp_socket;
 
         let total = planned.len();
         let mut frozen: Vec<PathBuf> = vec![rec.machine.disk.overlay.clone()];
@@ -276,7 +271,9 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
             g.run(&BTreeMap::new(), "sync")
                 .map_err(|e| fail(format!("sync after the step: {e}")))?;
             let next = work.join(format!("layer-{}.qcow2", i + 1));
-            snapshot(&qmp, frozen.len(), &next).map_err(|e| fail(format!("freezing the step's layer: {e}")))?;
+            engine
+                .freeze_disk_layer(&rec, frozen.len() - 1, &next)
+                .map_err(|e| fail(format!("freezing the step's layer: {e}")))?;
             frozen.push(next);
             events(Event::Step(format!(
                 "step {}/{total} done in {:.1}s",
@@ -459,7 +456,7 @@ fn resolve_from(engine: &Engine, r: &Resolved, events: &mut dyn FnMut(Event)) ->
     };
     let name = VmName::parse("nubo-build-plan").map_err(|e| BuildError::Refused(e.to_string()))?;
     let mut spec = VmSpec::new(name, source);
-    spec.backend = Some("qemu".into());
+    spec.backend = Some(engine.layer_backend()?.into());
     let (_, facts) = engine.plan(&spec, events)?;
     let from = facts
         .image
@@ -480,6 +477,7 @@ fn resolve_from(engine: &Engine, r: &Resolved, events: &mut dyn FnMut(Event)) ->
 }
 
 fn build_vm_spec(
+    backend: &str,
     vm: &str,
     base: &Path,
     from: &ImageRecord,
@@ -494,7 +492,7 @@ fn build_vm_spec(
             path: base.to_path_buf(),
         },
     );
-    spec.backend = Some("qemu".into());
+    spec.backend = Some(backend.into());
     spec.resources.disk_size = r.size;
     spec.resources.vcpus = Some(from.default_vcpus);
     spec.resources.memory = Some(ByteSize(from.default_memory_mib << 20));
@@ -516,31 +514,6 @@ fn build_vm_spec(
         spec.firmware = nubo_spec::Firmware::Efi;
     }
     Ok(spec)
-}
-
-/// Freezes the VM's active disk layer: QEMU opens `file` as the new top and the old one is
-/// written no more. Node names: `disk0` (the engine's), then `step-N`.
-fn snapshot(qmp: &Path, n: usize, file: &Path) -> Result<(), String> {
-    let s = UnixStream::connect(qmp).map_err(|e| format!("connecting to QMP at {} ({e})", qmp.display()))?;
-    let _ = s.set_read_timeout(Some(Duration::from_secs(120)));
-    let r = s.try_clone().map_err(|e| e.to_string())?;
-    let mut q = nubo_backend::qemu::qmp::Qmp::handshake(BufReader::new(r), s).map_err(|e| e.to_string())?;
-    let node = if n == 1 {
-        "disk0".to_owned()
-    } else {
-        format!("step-{}", n - 1)
-    };
-    q.execute(
-        "blockdev-snapshot-sync",
-        Some(serde_json::json!({
-            "node-name": node,
-            "snapshot-file": file.display().to_string(),
-            "snapshot-node-name": format!("step-{n}"),
-            "format": "qcow2",
-        })),
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(())
 }
 
 fn qemu_img(what: &str, args: &[&str], files: &[&Path]) -> Result<(), BuildError> {

@@ -41,6 +41,16 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Each backend's configuration from these settings, built once for the registry.
+    pub fn backend_config(&self) -> nubo_backend::BackendConfig {
+        nubo_backend::BackendConfig::new(self.host.clone()).with(
+            "libvirt",
+            nubo_backend::libvirt::LibvirtConfig {
+                uri: self.libvirt_uri.clone(),
+            },
+        )
+    }
+
     /// The mirrors and TLS trust every pull of this command shares.
     pub fn pull_config(&self) -> nubo_image::PullConfig {
         nubo_image::PullConfig {

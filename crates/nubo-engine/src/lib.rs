@@ -13,6 +13,7 @@ pub mod error;
 pub mod fetch;
 mod guest_status;
 pub mod host;
+mod layer;
 pub mod lifecycle;
 pub mod lock;
 mod mounts;

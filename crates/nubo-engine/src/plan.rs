@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use nubo_backend::{Boot, Capabilities, Firmware, MachineKind, NetworkMode, SelectionInput};
+use nubo_backend::{Boot, Capabilities, Capability, Firmware, MachineKind, NetworkMode, Registry, SelectionInput};
 use nubo_image::ImageRecord;
 use nubo_spec::{DiskSource, Field, HostFacts, Machine, Network, VmSpec};
 use serde::Serialize;
@@ -200,14 +200,17 @@ pub fn decide(
             ),
         ));
     }
-    refuse_unsupported(backend.id(), &caps, &boot, machine, &network, &options)?;
-    if !spec.ports.is_empty() && !caps.port_forwards {
+    refuse_unsupported(registry, backend.id(), &caps, &boot, machine, &network, &options)?;
+    if !spec.ports.is_empty() && !caps.has(Capability::PortForwards) {
         return Err(EngineError::spec(
             Field::Ports,
             nubo_backend::BackendError::unsupported(
                 backend.id(),
                 "port forwards",
-                "the qemu or libvirt backend (--backend qemu), or reach the guest at its own address",
+                format!(
+                    "{}, or reach the guest at its own address",
+                    registry.alternative(Capability::PortForwards, "another backend")
+                ),
             )
             .to_string(),
         ));
@@ -256,6 +259,7 @@ pub fn decide(
 
 /// A capability the spec needs and the backend lacks is refused here, before any file exists.
 fn refuse_unsupported(
+    registry: &Registry,
     id: &'static str,
     caps: &Capabilities,
     boot: &Boot,
@@ -263,11 +267,12 @@ fn refuse_unsupported(
     network: &NetworkMode,
     options: &std::collections::BTreeMap<String, String>,
 ) -> Result<(), EngineError> {
-    let unsupported = |what: &str, alt: &'static str| -> EngineError {
-        nubo_backend::BackendError::unsupported(id, what, alt).into()
+    let unsupported = |what: &str, cap: Capability, more: &str| -> EngineError {
+        let alt = registry.alternative(cap, "another backend");
+        nubo_backend::BackendError::unsupported(id, what, format!("{alt}{more}")).into()
     };
-    if matches!(boot, Boot::Kernel { .. }) && !caps.direct_kernel {
-        return Err(unsupported("direct-kernel boot", "the qemu backend"));
+    if matches!(boot, Boot::Kernel { .. }) && !caps.has(Capability::DirectKernel) {
+        return Err(unsupported("direct-kernel boot", Capability::DirectKernel, ""));
     }
     // A firmware file the user names (`--firmware PATH`) is the backend's `check` to judge;
     // `--firmware efi` needs firmware the backend finds itself.
@@ -276,20 +281,23 @@ fn refuse_unsupported(
         Boot::Firmware {
             firmware: Firmware::Efi
         }
-    ) && !caps.efi
+    ) && !caps.has(Capability::Efi)
     {
-        return Err(unsupported(
+        return Err(nubo_backend::BackendError::unsupported(
+            id,
             "UEFI boot",
             "--firmware PATH to UEFI firmware, or install the backend's (OVMF, the ovmf package, for qemu; an EDK2 CLOUDHV.fd for cloud-hypervisor), or --firmware bios on qemu",
-        ));
+        )
+        .into());
     }
-    if machine == MachineKind::Microvm && !caps.microvm {
-        return Err(unsupported("the microvm machine", "the qemu backend"));
+    if machine == MachineKind::Microvm && !caps.has(Capability::Microvm) {
+        return Err(unsupported("the microvm machine", Capability::Microvm, ""));
     }
-    if matches!(network, NetworkMode::Named(_)) && !caps.named_networks {
+    if matches!(network, NetworkMode::Named(_)) && !caps.has(Capability::NamedNetworks) {
         return Err(unsupported(
             "named networks",
-            "the libvirt backend, or network forward|restricted",
+            Capability::NamedNetworks,
+            ", or network forward|restricted",
         ));
     }
     if let Some(k) = options.keys().find(|k| !caps.options.contains(&k.as_str())) {

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use nubo_backend::{Backend, BackendError, BackendSnapshot, Restored};
+use nubo_backend::{Backend, BackendError, BackendSnapshot, Capability, Restored};
 use nubo_core::VmState;
 use serde::Serialize;
 
@@ -234,8 +234,9 @@ impl Engine {
     fn snapshot_backend(&self, vm: &str) -> Result<(VmRecord, &dyn Backend), EngineError> {
         let rec = self.created(vm)?;
         let backend = self.backend_of(&rec)?;
-        if !backend.capabilities().snapshot {
-            return Err(BackendError::unsupported(backend.id(), "snapshots", "the qemu backend").into());
+        if !backend.capabilities().has(Capability::Snapshot) {
+            let alt = self.registry.alternative(Capability::Snapshot, "another backend");
+            return Err(BackendError::unsupported(backend.id(), "snapshots", alt).into());
         }
         Ok((rec, backend))
     }

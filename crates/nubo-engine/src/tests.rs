@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use nubo_backend::fake::FakeBackend;
-use nubo_backend::{Capabilities, Registry};
+use nubo_backend::{Capabilities, Capability, Registry};
 use nubo_core::{ByteSize, Roots, VmName, VmState};
 use nubo_spec::{DiskSource, Field, Network, Payload, VmSpec};
 
@@ -245,7 +245,8 @@ fn create_dir_without_record_converges() {
 
 #[test]
 fn create_unsupported_capability_refused_before_any_file() {
-    let t = engine_with(FakeBackend::new("qemu").with_caps(Capabilities::default()));
+    let no_efi = Capabilities::new(&[Capability::Bios, Capability::RestrictedNetwork], &[]);
+    let t = engine_with(FakeBackend::new("qemu").with_caps(no_efi));
     let mut s = spec(&t, "web");
     s.firmware = nubo_spec::Firmware::Efi;
 
@@ -529,12 +530,25 @@ fn dry_run_compare_and_observe_leave_state_roots_byte_identical() {
     assert!(!root.join("images").exists(), "a dry run made the image store");
 }
 
+/// QEMU's: a general VMM with a microvm machine, its guests reached through forwards.
 fn micro_caps() -> Capabilities {
-    Capabilities {
-        direct_kernel: true,
-        microvm: true,
-        ..Capabilities::default()
-    }
+    Capabilities::new(
+        &[
+            Capability::DirectKernel,
+            Capability::Microvm,
+            Capability::PortForwards,
+            Capability::RestrictedNetwork,
+        ],
+        &[],
+    )
+}
+
+/// Cloud Hypervisor's: a VMM built for microVMs, its guests on a host bridge.
+fn native_micro_caps() -> Capabilities {
+    Capabilities::new(
+        &[Capability::DirectKernel, Capability::Microvm, Capability::MicrovmNative],
+        &[],
+    )
 }
 
 fn microvm_spec(t: &T) -> VmSpec {
@@ -555,7 +569,7 @@ fn qemu_and_cloud_hypervisor() -> (T, Engine) {
     let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
     let ch = FakeBackend::new("cloud-hypervisor")
         .with_aliases(&["ch"])
-        .with_caps(micro_caps());
+        .with_caps(native_micro_caps());
     let engine = Engine::new(
         t.engine.roots.clone(),
         Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),
@@ -576,7 +590,7 @@ fn plan_microvm_workload_picks_cloud_hypervisor() {
 #[test]
 fn plan_kernel_boot_on_default_machine_keeps_qemu() {
     let t = engine_with(FakeBackend::new("qemu").with_caps(micro_caps()));
-    let ch = FakeBackend::new("cloud-hypervisor").with_caps(micro_caps());
+    let ch = FakeBackend::new("cloud-hypervisor").with_caps(native_micro_caps());
     let engine = Engine::new(
         t.engine.roots.clone(),
         Registry::new(vec![Box::new(t.fake.clone()), Box::new(ch)]),

@@ -33,12 +33,11 @@ use serde_json::{json, Value};
 
 use self::firmware::Found;
 use self::state::{snapshot_dir, ChState};
+use crate::host::{check_socket_path, previous_log, probe_kvm, rotate_console, which, KvmStatus};
 use crate::process::{self, Vmm};
-use crate::qemu::probe::{probe_kvm, which, KvmStatus};
-use crate::qemu::state::check_socket_path;
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
-    AddressCheck, Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog,
+    AddressCheck, Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog,
     ConsoleStream, GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
@@ -337,18 +336,6 @@ fn tail_of(text: &str) -> String {
     nubo_core::file::escape_control(&cut)
 }
 
-/// Each boot moves the previous boot's serial log to `console.log.1`.
-fn rotate_console(log: &Path) -> std::io::Result<()> {
-    match fs::rename(log, previous_log(log)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-fn previous_log(log: &Path) -> PathBuf {
-    log.with_extension("log.1")
-}
-
 /// Copies `from` to `to` through a temp file and a rename, so `to` is never half-written.
 fn copy_atomic(from: &Path, to: &Path) -> Result<(), BackendError> {
     let tmp = to.with_extension("tmp");
@@ -431,16 +418,17 @@ impl Backend for CloudHypervisorBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            snapshot: true,
-            pause: true,
-            direct_kernel: true,
-            efi: self.find_firmware().is_some_and(|f| f.is_edk2()),
-            microvm: true,
-            port_forwards: false,
-            named_networks: false,
-            options: options::KEYS,
-        }
+        Capabilities::new(
+            &[
+                Capability::Snapshot,
+                Capability::Pause,
+                Capability::DirectKernel,
+                Capability::Microvm,
+                Capability::MicrovmNative,
+            ],
+            options::KEYS,
+        )
+        .with(Capability::Efi, self.find_firmware().is_some_and(|f| f.is_edk2()))
     }
 
     fn host_checks(&self) -> Vec<HostCheck> {

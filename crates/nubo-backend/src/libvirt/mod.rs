@@ -8,6 +8,7 @@
 //! without it (or with another directory) is never adopted, stopped or removed.
 
 pub mod base;
+mod config;
 pub mod ffi;
 pub mod mounts;
 pub mod render;
@@ -28,9 +29,11 @@ use self::ffi::{Connection, Domain, DomainState, VirtError};
 use self::render::{DomainParams, Machine, Net, SeedSource};
 use crate::spec::{Boot, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
 use crate::{
-    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, Defined,
-    HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog, ConsoleStream,
+    Defined, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
+
+pub use self::config::LibvirtConfig;
 
 const ID: &str = "libvirt";
 /// The options `overrides.libvirt` takes.
@@ -51,6 +54,11 @@ pub struct LibvirtBackend {
 impl LibvirtBackend {
     pub fn new(default_uri: Option<ConnectUri>) -> LibvirtBackend {
         LibvirtBackend { default_uri }
+    }
+
+    /// From its [`LibvirtConfig`] in `config` (the default when none is set).
+    pub fn configured(config: &crate::BackendConfig) -> LibvirtBackend {
+        LibvirtBackend::new(config.get::<LibvirtConfig>(ID).uri)
     }
 
     /// The URI new VMs use: `NUBO_LIBVIRT_URI`, else `qemu:///system` for root and
@@ -424,16 +432,20 @@ impl Backend for LibvirtBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            snapshot: true,
-            pause: true,
-            direct_kernel: true,
-            efi: true,
-            microvm: false,
-            port_forwards: true,
-            named_networks: true,
-            options: OPTIONS,
-        }
+        Capabilities::new(
+            &[
+                Capability::Snapshot,
+                Capability::Pause,
+                Capability::DirectKernel,
+                Capability::Efi,
+                Capability::Bios,
+                Capability::Supervised,
+                Capability::NamedNetworks,
+                Capability::PortForwards,
+                Capability::RestrictedNetwork,
+            ],
+            OPTIONS,
+        )
     }
 
     fn host_checks(&self) -> Vec<HostCheck> {

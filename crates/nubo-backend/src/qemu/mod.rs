@@ -16,7 +16,7 @@ pub mod state;
 
 use std::fs;
 use std::io::BufReader;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -27,18 +27,21 @@ use nix::unistd::Pid;
 use nubo_core::VmState;
 
 use self::options::{Accel, Machine};
-use self::state::{check_socket_path, QemuState};
+use self::state::QemuState;
+use crate::host::{check_socket_path, free_port, port_free, previous_log, rotate_console, KvmStatus};
 use crate::process::{self, Vmm};
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
-    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, CheckStatus, ConsoleLog, ConsoleStream, HostCheck,
-    Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog, ConsoleStream,
+    HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
 };
 
 pub const BINARY: &str = "qemu-system-x86_64";
 /// Snapshots of a stopped VM's overlay.
 pub const QEMU_IMG: &str = "qemu-img";
 /// How long a QMP exchange may take before the VMM counts as unresponsive.
+/// How long freezing a disk layer may take: the build's own bound before this move.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(120);
 const QMP_TIMEOUT: Duration = Duration::from_secs(5);
 /// What QEMU says when the SSH forward's port was taken between nubo's check and its bind.
 const HOSTFWD_FAILED: &str = "host forwarding rule";
@@ -75,8 +78,8 @@ impl QemuBackend {
         }
     }
 
-    pub fn kvm(&self) -> probe::KvmStatus {
-        probe::probe_kvm(&self.sys_module, &self.dev_kvm)
+    pub fn kvm(&self) -> KvmStatus {
+        crate::host::probe_kvm(&self.sys_module, &self.dev_kvm)
     }
 
     fn qmp(&self, name: &str, st: &QemuState) -> Result<qmp::Qmp<BufReader<UnixStream>, UnixStream>, BackendError> {
@@ -302,29 +305,6 @@ fn remove_runtime_files(st: &QemuState) -> Result<(), BackendError> {
     process::remove_files([&st.qmp_socket, &st.serial_socket, &st.pid_file])
 }
 
-/// The console log is bounded per boot: each start moves the previous boot's log to
-/// `console.log.1` (replacing the one before), so at most two boots are kept.
-fn rotate_console(log: &Path) -> std::io::Result<()> {
-    match fs::rename(log, previous_log(log)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-fn previous_log(log: &Path) -> PathBuf {
-    log.with_extension("log.1")
-}
-
-fn free_port() -> Result<u16, BackendError> {
-    let what = "finding a free port on 127.0.0.1";
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(BackendError::io(what))?;
-    Ok(l.local_addr().map_err(BackendError::io(what))?.port())
-}
-
-fn port_free(port: u16) -> bool {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
-}
-
 impl Backend for QemuBackend {
     fn id(&self) -> &'static str {
         "qemu"
@@ -345,7 +325,7 @@ impl Backend for QemuBackend {
             Ok(o) if o.status.success() => {
                 let text = String::from_utf8_lossy(&o.stdout);
                 Probe::Available {
-                    version: probe::parse_version(&text).unwrap_or_else(|| text.trim().to_owned()),
+                    version: crate::host::parse_version(&text).unwrap_or_else(|| text.trim().to_owned()),
                 }
             }
             Ok(o) => Probe::Broken {
@@ -366,16 +346,20 @@ impl Backend for QemuBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            snapshot: true,
-            pause: true,
-            direct_kernel: true,
-            efi: probe::find_ovmf().is_some(),
-            microvm: true,
-            port_forwards: true,
-            named_networks: false,
-            options: options::KEYS,
-        }
+        Capabilities::new(
+            &[
+                Capability::Snapshot,
+                Capability::Pause,
+                Capability::DirectKernel,
+                Capability::Bios,
+                Capability::Microvm,
+                Capability::PortForwards,
+                Capability::RestrictedNetwork,
+                Capability::FreezeDiskLayer,
+            ],
+            options::KEYS,
+        )
+        .with(Capability::Efi, probe::find_ovmf().is_some())
     }
 
     fn host_checks(&self) -> Vec<HostCheck> {
@@ -660,6 +644,33 @@ impl Backend for QemuBackend {
     fn resume(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.command(vm, "cont")
     }
+
+    /// `blockdev-snapshot-sync` over the active node: `disk0` (the OS disk's, from
+    /// [`render`]) at first, then `step-N` for the N-th frozen layer.
+    fn freeze_disk_layer(&self, vm: &VmRef, frozen: usize, new_top: &Path) -> Result<(), BackendError> {
+        let st = QemuState::of(vm)?;
+        // Writing the new top's header and reopening the chain waits for in-flight I/O.
+        let mut q = self.qmp_with(vm.name, &st, FREEZE_TIMEOUT)?;
+        let node = if frozen == 0 {
+            "disk0".to_owned()
+        } else {
+            format!("step-{frozen}")
+        };
+        q.execute(
+            "blockdev-snapshot-sync",
+            Some(serde_json::json!({
+                "node-name": node,
+                "snapshot-file": new_top.display().to_string(),
+                "snapshot-node-name": format!("step-{}", frozen + 1),
+                "format": "qcow2",
+            })),
+        )
+        .map(|_| ())
+        .map_err(|e| BackendError::Remote {
+            what: format!("freezing the disk layer of VM `{}` into {}", vm.name, new_top.display()),
+            detail: e.to_string(),
+        })
+    }
 }
 
 /// A console on a Unix socket (QEMU's serial chardev).
@@ -720,7 +731,7 @@ fn host_checks(b: &QemuBackend) -> Vec<HostCheck> {
     let (_, reason) = probe::resolve_accel(Accel::Auto, &kvm).expect("auto always resolves");
     out.push(HostCheck {
         name: "qemu accelerator".into(),
-        status: if kvm == probe::KvmStatus::Usable {
+        status: if kvm == KvmStatus::Usable {
             CheckStatus::Ok
         } else {
             CheckStatus::Warn

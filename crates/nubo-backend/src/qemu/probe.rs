@@ -1,81 +1,13 @@
 //! What this host offers QEMU: the accelerator, the binary, firmware. Used by the backend's
 //! probe, `nubo doctor` and the live-test skips, so all three agree.
 
-use std::fs::OpenOptions;
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::options::Accel;
 use crate::BackendError;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KvmStatus {
-    /// `/dev/kvm` opens read-write and `KVM_CREATE_VM` succeeds.
-    Usable,
-    /// The host's KVM is PVM (`kvm_pvm`): it runs only guest kernels built for PVM, and a stock
-    /// distro kernel hangs at boot.
-    Pvm,
-    NoDevice,
-    NoPermission(String),
-    Broken(String),
-}
-
-impl KvmStatus {
-    pub fn describe(&self) -> String {
-        match self {
-            KvmStatus::Usable => "KVM is usable".into(),
-            KvmStatus::Pvm => "/dev/kvm is provided by kvm_pvm (PVM), which cannot run stock distro kernels".into(),
-            KvmStatus::NoDevice => "/dev/kvm does not exist (no hardware virtualisation, or the kvm module is not loaded: `modprobe kvm_intel` or `kvm_amd`)".into(),
-            KvmStatus::NoPermission(e) => format!("/dev/kvm cannot be opened ({e}): add yourself to the `kvm` group (`sudo adduser $USER kvm`, then log in again)"),
-            KvmStatus::Broken(e) => format!("KVM_CREATE_VM failed: {e}"),
-        }
-    }
-
-    /// What makes KVM usable, for `nubo doctor`; `None` when it is.
-    pub fn fix(&self) -> Option<String> {
-        match self {
-            KvmStatus::Usable => None,
-            KvmStatus::Pvm => Some(
-                "nothing to do for correctness (guests run under TCG here); for KVM speed, run on a host with hardware KVM (kvm_intel or kvm_amd)".into(),
-            ),
-            KvmStatus::NoDevice => Some(
-                "enable virtualisation (VT-x/AMD-V) in the firmware, or load the module: `modprobe kvm_intel` or `modprobe kvm_amd`".into(),
-            ),
-            KvmStatus::NoPermission(_) => {
-                Some("add yourself to the `kvm` group (`sudo adduser $USER kvm`), then log in again".into())
-            }
-            KvmStatus::Broken(_) => Some("see the kernel log (`dmesg | grep -i kvm`) for why KVM refuses to create a VM".into()),
-        }
-    }
-}
-
-const KVMIO: u8 = 0xAE;
-nix::ioctl_write_int_bad!(kvm_create_vm, nix::request_code_none!(KVMIO, 0x01));
-
-/// Probes KVM the way QEMU will use it: module, device, permission, and creating a VM.
-pub fn probe_kvm(sys_module: &Path, dev_kvm: &Path) -> KvmStatus {
-    if sys_module.join("kvm_pvm").exists() {
-        return KvmStatus::Pvm;
-    }
-    if !dev_kvm.exists() {
-        return KvmStatus::NoDevice;
-    }
-    let f = match OpenOptions::new().read(true).write(true).open(dev_kvm) {
-        Ok(f) => f,
-        Err(e) => return KvmStatus::NoPermission(e.to_string()),
-    };
-    // SAFETY: KVM_CREATE_VM takes an integer machine type (0 = default) and returns a new fd or
-    // -1; it reads and writes no memory of ours. The returned fd is closed right away.
-    #[allow(unsafe_code)]
-    let r = unsafe { kvm_create_vm(f.as_raw_fd(), 0) };
-    match r {
-        Ok(fd) => {
-            let _ = nix::unistd::close(fd);
-            KvmStatus::Usable
-        }
-        Err(e) => KvmStatus::Broken(e.to_string()),
-    }
-}
+// Shared with the other backends; kept here under their old paths.
+pub use crate::host::{parse_version, probe_kvm, which, KvmStatus};
 
 /// Resolves `--accel auto|kvm|tcg` against the probe: pure, so the policy is unit-tested.
 /// Returns the accelerator and the reason, which `vm create` and `doctor` print.
@@ -132,15 +64,6 @@ pub fn find_ovmf() -> Option<Ovmf> {
 /// SeaBIOS, which QEMU loads itself for the pc and q35 machines.
 pub const SEABIOS: &str = "/usr/share/seabios/bios-256k.bin";
 
-/// An executable on `PATH`.
-pub fn which(cmd: &str, path_var: Option<&std::ffi::OsStr>) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::split_paths(path_var?).map(|d| d.join(cmd)).find(|p| {
-        p.metadata()
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
-
 /// The host's TSC frequency in kHz, measured against the monotonic clock (median of three
 /// 20 ms windows: within about 50 ppm, far inside what the guest kernel tolerates). `None` off
 /// x86_64.
@@ -170,15 +93,10 @@ pub fn host_tsc_khz() -> Option<u64> {
     }
 }
 
-/// `QEMU emulator version 10.0.2 (Debian ...)` -> `10.0.2`.
-pub fn parse_version(output: &str) -> Option<String> {
-    let rest = output.split("version ").nth(1)?;
-    let v: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
-    (!v.is_empty()).then_some(v)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     /// doctor's fix is a fix, not the cause again: every unusable KVM has one of its own.

@@ -139,7 +139,7 @@ fn gather(settings: &Settings) -> Vec<Check> {
     let which = |cmd: &str| settings.host.which(cmd);
     // Each backend reports what it needs from the host (its binary, accelerator, firmware);
     // doctor knows no backend's details.
-    let registry = nubo_backend::builtin_registry_for(settings.libvirt_uri.clone(), &settings.host);
+    let registry = nubo_backend::builtin_registry_from(&settings.backend_config());
     let backends: Vec<_> = registry
         .iter()
         .map(|b| (b.id(), b.auto_selectable(), b.host_checks()))

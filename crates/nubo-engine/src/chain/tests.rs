@@ -144,7 +144,7 @@ fn backend_stored_overlay_rebased_is_refused() {
 #[test]
 fn snapshot_restore_of_stopped_vm_over_replaced_base_is_refused_before_the_backend() {
     let mut b = FakeBackend::new("qemu");
-    b.caps.snapshot = true;
+    b.caps.insert(nubo_backend::Capability::Snapshot);
     let t = engine_with(b);
     let secret = stopped(&t);
     t.engine.snapshot_create("web", Some("s1"), None, &mut quiet()).unwrap();
@@ -159,7 +159,7 @@ fn snapshot_restore_of_stopped_vm_over_replaced_base_is_refused_before_the_backe
 #[test]
 fn snapshot_create_of_stopped_vm_over_replaced_base_is_refused() {
     let mut b = FakeBackend::new("qemu");
-    b.caps.snapshot = true;
+    b.caps.insert(nubo_backend::Capability::Snapshot);
     let t = engine_with(b);
     let secret = stopped(&t);
     backed_by(&t.disk, &secret);

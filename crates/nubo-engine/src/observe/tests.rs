@@ -197,7 +197,7 @@ fn observe_hostile_name_refused_before_any_read() {
 #[test]
 fn observe_snapshots_summary_counts_oldest_first() {
     let mut b = FakeBackend::new("qemu");
-    b.caps.snapshot = true;
+    b.caps.insert(nubo_backend::Capability::Snapshot);
     let t = engine_with(b);
     created(&t, "web");
     t.engine

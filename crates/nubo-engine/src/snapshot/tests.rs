@@ -11,7 +11,7 @@ use crate::tests::{engine_with, fake, quiet, spec, T};
 
 fn snapshotting() -> T {
     let mut b = FakeBackend::new("qemu");
-    b.caps.snapshot = true;
+    b.caps.insert(nubo_backend::Capability::Snapshot);
     engine_with(b)
 }
 
@@ -135,7 +135,8 @@ fn snapshot_verbs_backend_without_snapshots_unsupported_before_anything() {
         .unwrap_err();
 
     assert_eq!(err.kind(), ErrorKind::Unsupported);
-    assert!(err.to_string().contains("use the qemu backend"), "{err}");
+    // The alternative comes from the registry: here no backend has snapshots.
+    assert!(err.to_string().contains("use another backend"), "{err}");
     assert!(t.engine.snapshot_list("web").is_err());
     assert!(t.engine.load("web").unwrap().snapshots.is_empty());
 }
@@ -384,7 +385,7 @@ fn record_without_snapshot_fields_loads() {
 
 #[test]
 fn capabilities_fake_default_has_no_snapshots() {
-    assert!(!Capabilities::default().snapshot);
+    assert!(!Capabilities::default().has(nubo_backend::Capability::Snapshot));
 }
 
 /// Issue 21: `snapshot ls` told the user to `nubo vm snapshot rm` an untracked snapshot whose

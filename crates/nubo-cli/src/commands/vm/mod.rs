@@ -60,7 +60,7 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
 pub fn engine(settings: &Settings) -> Engine {
     Engine::new(
         settings.roots.clone(),
-        nubo_backend::builtin_registry_for(settings.libvirt_uri.clone(), &settings.host),
+        nubo_backend::builtin_registry_from(&settings.backend_config()),
         settings.env_backend.clone(),
     )
     .with_fetcher(Box::new(Fetcher {
