@@ -387,6 +387,15 @@ pub struct SnapshotTaken {
     pub frozen: Option<Duration>,
 }
 
+/// A host command that does by hand what nubo will not (deleting a snapshot whose name nubo's
+/// grammar refuses), as argv: the engine quotes it for the user's shell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ByHand {
+    pub argv: Vec<String>,
+    /// It must run with the VM stopped (it edits a disk the VMM holds open).
+    pub while_stopped: bool,
+}
+
 /// What restoring a snapshot did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Restored {
@@ -522,6 +531,13 @@ pub trait Backend: Send + Sync {
     }
     fn resume(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "resume", "the qemu backend"))
+    }
+
+    /// How to delete snapshot `name` from the backend's own storage by hand, for a name made
+    /// outside nubo that nubo's grammar refuses (so `vm snapshot rm` cannot take it). `None`
+    /// when the backend knows no such command.
+    fn snapshot_delete_by_hand(&self, _vm: &VmRef, _spec: &MachineSpec, _name: &str) -> Option<ByHand> {
+        None
     }
 
     /// Freezes the running VM's active disk layer ([`Capability::FreezeDiskLayer`]): the VMM

@@ -173,13 +173,16 @@ pub fn select(reg: &Registry, input: &SelectionInput<'_>) -> Result<Selection, B
     })
 }
 
+/// A sort key over a backend's capabilities: lower is preferred.
+type Preference = fn(&Capabilities) -> (bool, bool);
+
 /// The capability the workload needs, and the preference among the backends that have it
 /// (lower first), all from capabilities: a new backend takes part by declaring them.
 /// - microVM workloads: a VMM built for microVMs first, else a general VMM's microvm machine;
 /// - a kernel boot: a backend that reaches the guest without privileges (port forwards), the
 ///   daemonless one first (nothing to set up for a quick loop);
 /// - a cloud image through its own boot loader (BIOS): a supervised backend (libvirtd) first.
-fn heuristic(input: &SelectionInput<'_>) -> (Capability, fn(&Capabilities) -> (bool, bool)) {
+fn heuristic(input: &SelectionInput<'_>) -> (Capability, Preference) {
     if input.microvm_workload {
         (Capability::Microvm, |c| (!c.has(Capability::MicrovmNative), false))
     } else if input.direct_kernel {

@@ -101,6 +101,17 @@ pub struct SnapshotCreated {
 
 /// Compares the record with the backend's table. Pure.
 pub fn reconcile(vm: &str, rec: &VmRecord, table: &[BackendSnapshot]) -> Vec<SnapshotInfo> {
+    reconcile_with(vm, rec, table, None)
+}
+
+/// [`reconcile`], with the VM's backend asked how to delete by hand an untracked snapshot whose
+/// name nubo refuses ([`Backend::snapshot_delete_by_hand`]).
+pub fn reconcile_with(
+    vm: &str,
+    rec: &VmRecord,
+    table: &[BackendSnapshot],
+    backend: Option<&dyn Backend>,
+) -> Vec<SnapshotInfo> {
     let current = rec.current_snapshot.as_deref();
     let mut out: Vec<SnapshotInfo> = rec
         .snapshots
@@ -146,7 +157,7 @@ pub fn reconcile(vm: &str, rec: &VmRecord, table: &[BackendSnapshot]) -> Vec<Sna
         out.push(SnapshotInfo {
             note: Some(format!(
                 "made outside nubo, or lost from its record: nubo will not restore it; {}",
-                delete_hint(vm, rec, &t.name)
+                delete_hint(vm, rec, backend, &t.name)
             )),
             name,
             status: SnapshotStatus::Untracked,
@@ -166,20 +177,24 @@ pub fn reconcile(vm: &str, rec: &VmRecord, table: &[BackendSnapshot]) -> Vec<Sna
 /// otherwise (a name made outside nubo that its grammar refuses) the backend's own command,
 /// every argument quoted for a POSIX shell (control characters as `$'\n'`), since `rm` would
 /// refuse it.
-fn delete_hint(vm: &str, rec: &VmRecord, name: &str) -> String {
+fn delete_hint(vm: &str, rec: &VmRecord, backend: Option<&dyn Backend>, name: &str) -> String {
     if validate_name(name).is_ok() {
         return format!("`nubo vm snapshot rm {vm} {name}` deletes it");
     }
-    match rec.backend.as_str() {
-        "cloud-hypervisor" => format!(
-            "its name is one `nubo vm snapshot rm` refuses; `rm -r -- {}` deletes it",
-            shell_quote(&rec.machine.vm_dir.join("snapshots").join(name).to_string_lossy())
+    let by_hand = backend.and_then(|b| b.snapshot_delete_by_hand(&rec.vm_ref(&rec.machine.vm_dir), &rec.machine, name));
+    match by_hand {
+        Some(c) => format!(
+            "its name is one `nubo vm snapshot rm` refuses; {}`{}` deletes it",
+            if c.while_stopped {
+                format!("with the VM stopped (`nubo vm stop {vm}`), ")
+            } else {
+                String::new()
+            },
+            c.argv.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ")
         ),
-        // qemu and libvirt keep snapshots inside the qcow2 overlay.
-        _ => format!(
-            "its name is one `nubo vm snapshot rm` refuses; with the VM stopped (`nubo vm stop {vm}`), `qemu-img snapshot -d {} {}` deletes it",
-            shell_quote(name),
-            shell_quote(&rec.machine.disk.overlay.to_string_lossy())
+        None => format!(
+            "its name is one `nubo vm snapshot rm` refuses; delete it with the {} backend's own tools",
+            rec.backend
         ),
     }
 }
@@ -256,7 +271,7 @@ impl Engine {
             vm: vm.to_owned(),
             state,
             current: rec.current_snapshot.clone(),
-            snapshots: reconcile(vm, &rec, &table),
+            snapshots: reconcile_with(vm, &rec, &table, Some(backend)),
         })
     }
 
@@ -340,7 +355,7 @@ impl Engine {
         entry.frozen_ms = taken.frozen.map(|d| d.as_millis() as u64);
         rec.current_snapshot = Some(name.clone());
         record::save(&dir, &rec)?;
-        let info = reconcile(vm, &rec, std::slice::from_ref(&taken.snapshot))
+        let info = reconcile_with(vm, &rec, std::slice::from_ref(&taken.snapshot), Some(backend))
             .into_iter()
             .find(|i| i.name == name)
             .expect("the record holds it");
@@ -408,7 +423,7 @@ impl Engine {
         let (_lock, mut rec) = self.lock_existing(vm, "snapshot restore")?;
         let dir = self.roots.vm_dir(vm);
         let table = self.table(&rec, backend)?;
-        let info = reconcile(vm, &rec, &table)
+        let info = reconcile_with(vm, &rec, &table, Some(backend))
             .into_iter()
             .find(|i| i.name == name)
             .ok_or_else(|| EngineError::SnapshotNotFound {

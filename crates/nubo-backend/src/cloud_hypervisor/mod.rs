@@ -806,6 +806,19 @@ impl Backend for CloudHypervisorBackend {
         })
     }
 
+    /// Its snapshots are directories under the VM's.
+    fn snapshot_delete_by_hand(&self, _vm: &VmRef, spec: &MachineSpec, name: &str) -> Option<crate::ByHand> {
+        Some(crate::ByHand {
+            argv: vec![
+                "rm".into(),
+                "-r".into(),
+                "--".into(),
+                spec.vm_dir.join("snapshots").join(name).to_string_lossy().into_owned(),
+            ],
+            while_stopped: false,
+        })
+    }
+
     fn snapshot_list(&self, vm: &VmRef, _spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
         let root = vm.vm_dir.join("snapshots");
         let entries = match fs::read_dir(&root) {

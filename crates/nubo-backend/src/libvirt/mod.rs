@@ -911,6 +911,20 @@ impl Backend for LibvirtBackend {
         })
     }
 
+    /// Its snapshots live in the qcow2 overlay's table.
+    fn snapshot_delete_by_hand(&self, _vm: &VmRef, spec: &MachineSpec, name: &str) -> Option<crate::ByHand> {
+        Some(crate::ByHand {
+            argv: vec![
+                "qemu-img".into(),
+                "snapshot".into(),
+                "-d".into(),
+                name.into(),
+                spec.disk.overlay.to_string_lossy().into_owned(),
+            ],
+            while_stopped: true,
+        })
+    }
+
     fn snapshot_list(&self, vm: &VmRef, spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
         let (_, dom) = self.domain_of(vm)?;
         let sizes = state_sizes(vm.name, &spec.disk.overlay);
