@@ -465,6 +465,14 @@ impl Backend for LibvirtBackend {
             )));
         }
         let uri = self.spec_uri(spec)?;
+        if !uri.is_local() && !spec.ports.is_empty() {
+            // QEMU's forwards would listen on the remote host's 127.0.0.1, out of this host's reach.
+            return Err(BackendError::unsupported(
+                ID,
+                "published ports (--publish) on a remote libvirt host",
+                "a libvirt network there (--network NAME) and `nubo vm ssh --jump USER@HOST NAME`, or a VM on this host for --publish",
+            ));
+        }
         let conn = connect(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
@@ -1000,7 +1008,23 @@ impl Backend for LibvirtBackend {
         self.lease_of(vm).ok().flatten()
     }
 
+    fn console_feed(&self, vm: &VmRef) -> Option<Result<Box<dyn ConsoleStream>, BackendError>> {
+        let st = Self::state_of(vm).ok()?;
+        if st.uri.is_local() {
+            // virtlogd writes the serial log into the VM's directory on this host.
+            return None;
+        }
+        Some(self.open_console(vm, false))
+    }
+
     fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        self.open_console(vm, true)
+    }
+}
+
+impl LibvirtBackend {
+    /// The running domain's console stream; `force` takes it over from another client.
+    fn open_console(&self, vm: &VmRef, force: bool) -> Result<Box<dyn ConsoleStream>, BackendError> {
         let (conn, dom) = self.domain_of(vm)?;
         if dom.state().map(vm_state).unwrap_or(VmState::Stopped) == VmState::Stopped {
             return Err(BackendError::InvalidSpec(format!(
@@ -1009,7 +1033,7 @@ impl Backend for LibvirtBackend {
             )));
         }
         let stream = conn
-            .open_console(&dom)
+            .open_console_with(&dom, force)
             .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
         Ok(Box::new(Console {
             stream: std::sync::Arc::new(stream),
