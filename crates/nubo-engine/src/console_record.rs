@@ -321,6 +321,82 @@ mod tests {
         assert_eq!(r.streams_opened(), 2);
     }
 
+    const KERNEL: &str = "[    0.000000] Linux version 6.1.0-27-cloud-amd64 (debian-kernel@lists.debian.org)\n";
+    const FINISHED: &str = "[   45.6] cloud-init[512]: Cloud-init v. 22.4.2 finished at Tue, 01 Dec 2026 20:00:00 +0000. Datasource DataSourceNoCloud [seed=/dev/vdb][dsmode=net].  Up 45.67 seconds\r\n";
+
+    /// A VM whose console only a stream carries (a remote libvirt domain's, faked).
+    fn remote_vm() -> crate::tests::T {
+        let t = crate::tests::engine_with(nubo_backend::fake::FakeBackend::new("qemu"));
+        *t.fake.console_feed.lock().unwrap() = Some(format!("{KERNEL}booting\n{FINISHED}").into_bytes());
+        t.engine
+            .create(&crate::tests::spec(&t, "far"), &mut crate::tests::quiet())
+            .unwrap();
+        t
+    }
+
+    #[test]
+    fn engine_readiness_remote_console_stream_recorded_steps_to_done() {
+        use crate::readiness::{Phase, Step, WaitFor};
+        let t = remote_vm();
+        let log = t.engine.roots.vm_dir("far").join("console.log");
+        assert!(!log.exists(), "nothing writes the log before a follower");
+
+        let mut r = t
+            .engine
+            .readiness("far", WaitFor::CloudInit, Duration::from_secs(5), Instant::now())
+            .unwrap();
+        let mut phases = Vec::new();
+        let end = loop {
+            match r.step() {
+                Step::Phase(p, _) => phases.push(p),
+                Step::PollAfter(d) => std::thread::sleep(d),
+                end => break end,
+            }
+        };
+
+        assert!(matches!(&end, Step::Done(o) if o.finished.is_some()), "{end:?}");
+        assert_eq!(
+            phases,
+            vec![Phase::VmmRunning, Phase::KernelBooting, Phase::CloudInitFinished]
+        );
+        assert!(std::fs::read_to_string(&log).unwrap().contains("Cloud-init v. 22.4.2 finished"));
+    }
+
+    #[test]
+    fn engine_observe_remote_cloud_init_done_after_recorder_keeps() {
+        use crate::observe::{ConditionStatus, ConditionType};
+        let t = remote_vm();
+        let before = t.engine.observe("far").unwrap();
+        assert_ne!(
+            before.condition(ConditionType::CloudInitDone).unwrap().status,
+            ConditionStatus::True
+        );
+
+        let mut r = t.engine.record_console("far").unwrap().expect("a remote console is recorded");
+        let t0 = Instant::now();
+        while r.recording() && t0.elapsed() < Duration::from_secs(5) {
+            r.keep(&t.engine).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+
+        let after = t.engine.observe("far").unwrap();
+        assert_eq!(
+            after.condition(ConditionType::CloudInitDone).unwrap().status,
+            ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn engine_record_console_local_backend_is_none() {
+        let t = crate::tests::fake();
+        t.engine
+            .create(&crate::tests::spec(&t, "near"), &mut crate::tests::quiet())
+            .unwrap();
+
+        assert!(t.engine.record_console("near").unwrap().is_none());
+        assert!(!t.engine.console_is_remote(&t.engine.load("near").unwrap()));
+    }
+
     #[test]
     fn append_past_cap_rotates_to_dot_one() {
         let d = tempfile::tempdir().unwrap();
