@@ -224,8 +224,7 @@ impl Engine {
     /// Whether the VM runs on another host (a remote libvirt host), whose console this host
     /// sees only while a [`ConsoleRecorder`] records it. Asks nothing of the host.
     pub fn console_is_remote(&self, rec: &crate::VmRecord) -> bool {
-        self.backend_of(rec)
-            .is_ok_and(|b| b.disk_is_remote(&rec.backend_state))
+        self.backend_of(rec).is_ok_and(|b| b.disk_is_remote(&rec.backend_state))
     }
 }
 
@@ -359,7 +358,9 @@ mod tests {
             phases,
             vec![Phase::VmmRunning, Phase::KernelBooting, Phase::CloudInitFinished]
         );
-        assert!(std::fs::read_to_string(&log).unwrap().contains("Cloud-init v. 22.4.2 finished"));
+        assert!(std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("Cloud-init v. 22.4.2 finished"));
     }
 
     #[test]
@@ -372,7 +373,11 @@ mod tests {
             ConditionStatus::True
         );
 
-        let mut r = t.engine.record_console("far").unwrap().expect("a remote console is recorded");
+        let mut r = t
+            .engine
+            .record_console("far")
+            .unwrap()
+            .expect("a remote console is recorded");
         let t0 = Instant::now();
         while r.recording() && t0.elapsed() < Duration::from_secs(5) {
             r.keep(&t.engine).unwrap();

@@ -222,7 +222,8 @@ fn remote() -> TestResult {
     .refused(&["unreachable"])?;
     let empty = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     create(&root, A, &uri, &empty.path().display().to_string())?.refused(&["--tls-dir", "cacert.pem"])?;
-    create_with(&root, A, &uri, &tls, &["--publish", "8080:80"], QUICK)?.refused(&["--publish", "remote libvirt host"])?;
+    create_with(&root, A, &uri, &tls, &["--publish", "8080:80"], QUICK)?
+        .refused(&["--publish", "remote libvirt host"])?;
     vms_empty(&root, "after the refusals")?;
 
     // A create killed while it uploads the base (as if this host dropped mid-create) leaves a
@@ -483,10 +484,19 @@ fn ready_remote(root: &TestRoot, lv: &Libvirtd, rec: &serde_json::Value) -> Test
         return Err(format!("`vm ip {A}` says {:?}, the lease {addr}", ip.stdout.trim()));
     }
     // A hostile jump host is refused before ssh runs.
-    nubo(root, &["vm", "ssh", "--jump=-oProxyCommand=touch /tmp/x", A, "--", "true"], QUICK)?
-        .refused(&["--jump", "starts with `-`"])?;
+    nubo(
+        root,
+        &["vm", "ssh", "--jump=-oProxyCommand=touch /tmp/x", A, "--", "true"],
+        QUICK,
+    )?
+    .refused(&["--jump", "starts with `-`"])?;
     // `vm ssh` to the leased address (inside the namespace, the only place it is routed).
-    let iid = nubo_in_ns(root, lv, &["vm", "ssh", A, "--", "cat", "/var/lib/cloud/data/instance-id"])?.require()?;
+    let iid = nubo_in_ns(
+        root,
+        lv,
+        &["vm", "ssh", A, "--", "cat", "/var/lib/cloud/data/instance-id"],
+    )?
+    .require()?;
     if iid.stdout.trim() != uuid {
         return Err(format!(
             "instance-id {:?} is not the domain UUID {uuid}",
