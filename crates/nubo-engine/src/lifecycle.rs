@@ -521,16 +521,21 @@ impl Drop for SshWatcher {
 
 impl Probes for VmProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
-        if let Some(r) = self.recorder.as_mut() {
-            r.keep_with(self.backend, &self.rec.vm_ref(&self.dir));
-            // A remote host is asked once a second, not on every look (each is a connection).
-            if self.alive_at.is_some_and(|t| t.elapsed() < REMOTE_ALIVE_EVERY) {
-                return true;
-            }
+        let Some(r) = self.recorder.as_mut() else {
+            return self.backend.alive(&self.rec.vm_ref(&self.dir));
+        };
+        r.keep_with(self.backend, &self.rec.vm_ref(&self.dir));
+        // A remote host is asked once a second, not on every look (each is a connection).
+        if self.alive_at.is_some_and(|t| t.elapsed() < REMOTE_ALIVE_EVERY) {
+            return true;
         }
-        let alive = self.backend.alive(&self.rec.vm_ref(&self.dir));
-        self.alive_at = alive.then(Instant::now);
-        alive
+        self.alive_at = Some(Instant::now());
+        // A host that does not answer now (libvirtd restarting) says nothing of the domain:
+        // readiness waits on, bounded by its timeout; only a domain seen stopped ends it.
+        match self.backend.state(&self.rec.vm_ref(&self.dir)) {
+            Ok(s) => s.is_active(),
+            Err(_) => true,
+        }
     }
 
     fn ssh_banner(&mut self) -> bool {

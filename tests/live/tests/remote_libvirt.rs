@@ -18,6 +18,7 @@
 //!   to the store's digest) and the OS disk volume backs onto it; a second VM reuses it (one
 //!   base volume, the same file: not uploaded again);
 //! - stop/start (the chain is checked on the host before the boot), domain UUID = record UUID;
+//!   `vm wait` follows the new boot to cloud-init done while libvirtd restarts under it;
 //! - a create killed during the base upload, then a create that converges;
 //! - `rm` of both VMs leaves the base volume; a base volume damaged behind nubo's back (an
 //!   upload killed half-way) fails verification and is replaced by the next creates, two at
@@ -369,6 +370,23 @@ fn remote() -> TestResult {
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running after start"));
     }
+    // `vm wait` follows the new boot through the stream while libvirtd restarts under the
+    // running VM: the recorder opens the console again, readiness does not take the
+    // unreachable daemon for a dead VMM, and the next boot's closing line is seen.
+    let (waited, restarted) = std::thread::scope(|sc| {
+        let w = sc.spawn(|| nubo(&root, &["vm", "wait", A, "--timeout", "1200s"], CREATE_WAIT));
+        std::thread::sleep(Duration::from_secs(8));
+        let r = lv.restart();
+        (w.join(), r)
+    });
+    restarted?;
+    let waited = waited.map_err(|_| "wait thread panicked")??.require()?;
+    if !waited.stdout.contains("DataSourceNoCloud") {
+        return Err(format!(
+            "`vm wait` across a libvirtd restart:\n{}\n{}",
+            waited.stdout, waited.stderr
+        ));
+    }
     let snaps = nubo(&root, &["vm", "snapshot", "ls", A], QUICK)?.require()?.stdout;
     if !snaps.contains("s0") {
         return Err(format!("the disk-only snapshot is not listed:\n{snaps}"));
@@ -380,8 +398,7 @@ fn remote() -> TestResult {
         return Err(format!("`vm ip` of a remote user-mode VM: {ip_text}"));
     }
 
-    // libvirtd restarted under the running VM: nubo, over TLS again, still sees it running.
-    lv.restart()?;
+    // After libvirtd restarted under the running VM: nubo, over TLS again, still sees it running.
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running after libvirtd restarted"));
     }
@@ -490,6 +507,18 @@ fn ready_remote(root: &TestRoot, lv: &Libvirtd, rec: &serde_json::Value) -> Test
         QUICK,
     )?
     .refused(&["--jump", "starts with `-`"])?;
+    // `--jump` takes ssh through the named host first: a closed port there is where it fails.
+    let j = nubo(
+        root,
+        &["vm", "ssh", "--jump", "root@10.250.77.1:16599", A, "--", "true"],
+        QUICK,
+    )?;
+    if j.ok || !j.stderr.contains("10.250.77.1 port 16599") {
+        return Err(format!(
+            "`vm ssh --jump` did not go through the jump host:\n{}",
+            j.stderr
+        ));
+    }
     // `vm ssh` to the leased address (inside the namespace, the only place it is routed).
     let iid = nubo_in_ns(
         root,
