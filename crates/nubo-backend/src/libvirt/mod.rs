@@ -1498,6 +1498,43 @@ mod tests_unit {
     }
 
     #[test]
+    fn check_remote_uri_with_published_port_is_unsupported_before_connecting() {
+        let b = LibvirtBackend::new(None);
+        let spec = MachineSpec {
+            name: "web".into(),
+            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60".into(),
+            vm_dir: "/var/lib/nubo/vms/web".into(),
+            run_dir: "/run/nubo/vms/web".into(),
+            vcpus: 1,
+            memory_mib: 512,
+            disk: crate::spec::Disk {
+                overlay: "/o.qcow2".into(),
+                base: "/b.qcow2".into(),
+                base_format: "qcow2".into(),
+                ..Default::default()
+            },
+            seed: None,
+            boot: Boot::Firmware {
+                firmware: Firmware::Bios,
+            },
+            machine: MachineKind::Default,
+            network: NetworkMode::Forward,
+            // Port 1 on loopback: were it ever contacted, nothing answers and nothing leaves.
+            options: [("uri".to_owned(), "qemu+tls://127.0.0.1:1/system".to_owned())].into(),
+            ports: vec![nubo_core::PortForward::parse("8080:80").unwrap()],
+            mounts: Vec::new(),
+        };
+
+        let e = b.check(&spec).unwrap_err();
+
+        assert_eq!(e.kind(), nubo_core::ErrorKind::Unsupported, "{e}");
+        assert!(
+            e.to_string().contains("--publish") && e.to_string().contains("--jump"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn remote_chain_ok_only_over_the_recorded_base_volume() {
         let b = "/p/nubo-base-0123456789abcdef.qcow2";
 
