@@ -228,6 +228,66 @@ impl Engine {
     }
 }
 
+/// An interactive console (`vm console`) of a remote VM: what it reads is also appended to
+/// the VM's console log here, as the VMM's own log holds a local VM's session, so nothing is
+/// missing from `vm logs` while a recorder yields the console to it.
+pub(crate) struct Tee {
+    inner: Box<dyn ConsoleStream>,
+    log: PathBuf,
+}
+
+impl Tee {
+    pub(crate) fn new(inner: Box<dyn ConsoleStream>, log: &Path) -> Tee {
+        Tee {
+            inner,
+            log: log.to_path_buf(),
+        }
+    }
+}
+
+struct TeeReader {
+    inner: Box<dyn Read + Send>,
+    log: PathBuf,
+}
+
+impl Read for TeeReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        // The session goes on when the log cannot be written (disk full): it is a copy.
+        let _ = append(&self.log, &buf[..n], MAX_LOG);
+        Ok(n)
+    }
+}
+
+impl Read for Tee {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let _ = append(&self.log, &buf[..n], MAX_LOG);
+        Ok(n)
+    }
+}
+
+impl Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl ConsoleStream for Tee {
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn Read + Send>> {
+        Ok(Box::new(TeeReader {
+            inner: self.inner.try_clone_reader()?,
+            log: self.log.clone(),
+        }))
+    }
+    fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
 /// [`Engine::record_console`] with the backend at hand: opens the feed once to learn whether
 /// there is one.
 pub(crate) fn recorder_for(backend: &dyn Backend, vm: &VmRef) -> Option<ConsoleRecorder> {
@@ -400,6 +460,19 @@ mod tests {
 
         assert!(t.engine.record_console("near").unwrap().is_none());
         assert!(!t.engine.console_is_remote(&t.engine.load("near").unwrap()));
+    }
+
+    #[test]
+    fn tee_reads_reach_caller_and_log() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("console.log");
+        let tee = Tee::new(stream("login: "), &log);
+
+        let mut got = String::new();
+        tee.try_clone_reader().unwrap().read_to_string(&mut got).unwrap();
+
+        assert_eq!(got, "login: ");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "login: ");
     }
 
     #[test]

@@ -327,7 +327,13 @@ impl Engine {
             });
         }
         let dir = self.roots.vm_dir(name);
-        Ok(self.backend_of(&rec)?.attach_console(&rec.vm_ref(&dir))?)
+        let backend = self.backend_of(&rec)?;
+        let stream = backend.attach_console(&rec.vm_ref(&dir))?;
+        if self.console_is_remote(&rec) {
+            let log = backend.console(&rec.vm_ref(&dir)).current;
+            return Ok(Box::new(crate::console_record::Tee::new(stream, &log)));
+        }
+        Ok(stream)
     }
 
     pub fn list(&self) -> Result<Vec<VmSummary>, EngineError> {
