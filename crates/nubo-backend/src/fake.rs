@@ -48,6 +48,9 @@ pub struct FakeBackend {
     /// By VM name, the most VMs of that name ever active at once, counted at each boot: more
     /// than one is a double VMM.
     pub most_active: Arc<Mutex<HashMap<String, usize>>>,
+    /// When set, the console is these bytes through `console_feed`, as a remote libvirt
+    /// domain's stream is (no log is written on this host).
+    pub console_feed: Arc<Mutex<Option<Vec<u8>>>>,
 }
 
 impl FakeBackend {
@@ -78,6 +81,7 @@ impl FakeBackend {
             handed: Arc::new(Mutex::new(Vec::new())),
             names: Arc::new(Mutex::new(HashMap::new())),
             most_active: Arc::new(Mutex::new(HashMap::new())),
+            console_feed: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -324,6 +328,10 @@ impl Backend for FakeBackend {
     fn attach_console(&self, _vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
         Err(BackendError::unsupported(self.id, "console", "the qemu backend"))
     }
+    fn console_feed(&self, _vm: &VmRef) -> Option<Result<Box<dyn ConsoleStream>, BackendError>> {
+        let bytes = self.console_feed.lock().expect("not poisoned").clone()?;
+        Some(Ok(Box::new(FeedStream(std::io::Cursor::new(bytes)))))
+    }
     fn pause(&self, vm: &VmRef) -> Result<(), BackendError> {
         self.set(vm.uuid, VmState::Paused);
         Ok(())
@@ -405,4 +413,29 @@ impl Backend for FakeBackend {
         self.set(vm.uuid, VmState::Running);
         Ok(())
     }
+}
+
+/// A console stream over fixed bytes, then its end.
+struct FeedStream(std::io::Cursor<Vec<u8>>);
+
+impl std::io::Read for FeedStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl std::io::Write for FeedStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ConsoleStream for FeedStream {
+    fn try_clone_reader(&self) -> std::io::Result<Box<dyn std::io::Read + Send>> {
+        Ok(Box::new(FeedStream(std::io::Cursor::new(self.0.get_ref().clone()))))
+    }
+    fn shutdown(&self) {}
 }

@@ -497,6 +497,13 @@ pub trait Backend: Send + Sync {
     fn console(&self, vm: &VmRef) -> ConsoleLog;
     /// Attaches to the running VM's serial console.
     fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError>;
+    /// For a VM whose console log no VMM writes on this host (a domain of a remote libvirt
+    /// host): the running console's stream, which the engine records into
+    /// [`console`](Self::console)'s file while a caller follows it. Opened without taking the
+    /// console over from an interactive client. `None` (the default): the log is written here.
+    fn console_feed(&self, _vm: &VmRef) -> Option<Result<Box<dyn ConsoleStream>, BackendError>> {
+        None
+    }
 
     fn pause(&self, _vm: &VmRef) -> Result<(), BackendError> {
         Err(BackendError::unsupported(self.id(), "pause", "the qemu backend"))

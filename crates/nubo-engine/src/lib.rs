@@ -5,6 +5,7 @@
 
 pub mod apply;
 mod chain;
+pub mod console_record;
 pub mod copy;
 pub mod create;
 pub mod default_image;
@@ -23,6 +24,7 @@ pub mod readiness;
 pub mod record;
 pub mod snapshot;
 pub mod ssh;
+pub mod ssh_jump;
 pub mod usage;
 
 use std::time::Duration;
@@ -32,6 +34,7 @@ use nubo_core::Roots;
 use nubo_image::{ImageRecord, ImageRef};
 use serde::{Deserialize, Serialize};
 
+pub use console_record::ConsoleRecorder;
 pub use create::Created;
 pub use diagnostic::Diagnostic;
 pub use error::EngineError;

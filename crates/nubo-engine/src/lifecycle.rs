@@ -327,7 +327,13 @@ impl Engine {
             });
         }
         let dir = self.roots.vm_dir(name);
-        Ok(self.backend_of(&rec)?.attach_console(&rec.vm_ref(&dir))?)
+        let backend = self.backend_of(&rec)?;
+        let stream = backend.attach_console(&rec.vm_ref(&dir))?;
+        if self.console_is_remote(&rec) {
+            let log = backend.console(&rec.vm_ref(&dir)).current;
+            return Ok(Box::new(crate::console_record::Tee::new(stream, &log)));
+        }
+        Ok(stream)
     }
 
     pub fn list(&self) -> Result<Vec<VmSummary>, EngineError> {
@@ -411,7 +417,12 @@ impl Engine {
         }
         let console = backend.console(&rec.vm_ref(&dir)).current;
         let reach = backend.reach(&rec.vm_ref(&dir))?;
+        // A remote domain's console reaches this host only through its stream: recorded into
+        // the console log while readiness follows it.
+        let recorder = crate::console_record::recorder_for(backend, &rec.vm_ref(&dir));
         let probes = VmProbes {
+            recorder,
+            alive_at: None,
             ssh: None,
             status: None,
             ssh_addr: reach.ssh,
@@ -429,15 +440,34 @@ impl Engine {
 
     /// The `ssh` command line that reaches the VM.
     pub fn ssh_argv(&self, name: &str, command: &[String]) -> Result<Vec<String>, EngineError> {
+        self.ssh_argv_via(name, command, None)
+    }
+
+    /// [`Engine::ssh_argv`] through the jump host `jump` (`ssh -J`), for a guest only that
+    /// host reaches (a VM on a remote libvirt host's network). Only the guest is authenticated
+    /// with nubo's key and pinned host key; the jump host with the user's own SSH setup.
+    pub fn ssh_argv_via(
+        &self,
+        name: &str,
+        command: &[String],
+        jump: Option<&crate::ssh_jump::JumpHost>,
+    ) -> Result<Vec<String>, EngineError> {
         let rec = self.created(name)?;
-        let addr = self.reach(&rec)?.ssh.ok_or_else(|| EngineError::InvalidState {
+        let reach = self.reach(&rec)?;
+        let addr = reach.ssh.ok_or_else(|| EngineError::InvalidState {
             name: name.to_owned(),
-            state: "without an SSH endpoint".into(),
-            fix: "recreate it with networking to use `nubo vm ssh`".into(),
+            state: format!("without an SSH endpoint from this host ({})", reach.network),
+            fix: "recreate it with networking (on a remote libvirt host: --network NAME, then `nubo vm ssh --jump USER@HOST`) to use `nubo vm ssh`".into(),
         })?;
         let (key, _) = self.nubo_key()?;
         let known_hosts = self.roots.vm_dir(name).join("known_hosts");
-        crate::ssh::argv(&key, &known_hosts, &rec.uuid, &rec.ssh.user, addr, command)
+        let mut argv = crate::ssh::argv(&key, &known_hosts, &rec.uuid, &rec.ssh.user, addr, command)?;
+        if let Some(j) = jump {
+            // Before every `-o`: ssh refuses -J after a ProxyCommand, and ignores the
+            // ProxyCommand=none nubo sets once -J is given.
+            argv.splice(1..1, ["-J".to_owned(), j.to_string()]);
+        }
+        Ok(argv)
     }
 }
 
@@ -455,7 +485,14 @@ pub struct VmProbes<'a> {
     ssh: Option<SshWatcher>,
     /// `cloud-init status --wait` over SSH, while it runs.
     status: Option<GuestStatus>,
+    /// Records the console stream into the log readiness reads, when no VMM writes it here.
+    recorder: Option<crate::console_record::ConsoleRecorder>,
+    /// When the VMM was last seen alive.
+    alive_at: Option<Instant>,
 }
+
+/// How often readiness asks a remote host whether the domain still runs.
+const REMOTE_ALIVE_EVERY: Duration = Duration::from_secs(1);
 
 /// Probes the SSH banner on its own thread: a probe can block for its whole timeout (user-mode
 /// networking accepts the connection before the guest answers), and the console must still be
@@ -490,7 +527,21 @@ impl Drop for SshWatcher {
 
 impl Probes for VmProbes<'_> {
     fn vmm_alive(&mut self) -> bool {
-        self.backend.alive(&self.rec.vm_ref(&self.dir))
+        let Some(r) = self.recorder.as_mut() else {
+            return self.backend.alive(&self.rec.vm_ref(&self.dir));
+        };
+        r.keep_with(self.backend, &self.rec.vm_ref(&self.dir));
+        // A remote host is asked once a second, not on every look (each is a connection).
+        if self.alive_at.is_some_and(|t| t.elapsed() < REMOTE_ALIVE_EVERY) {
+            return true;
+        }
+        self.alive_at = Some(Instant::now());
+        // A host that does not answer now (libvirtd restarting) says nothing of the domain:
+        // readiness waits on, bounded by its timeout; only a domain seen stopped ends it.
+        match self.backend.state(&self.rec.vm_ref(&self.dir)) {
+            Ok(s) => s.is_active(),
+            Err(_) => true,
+        }
     }
 
     fn ssh_banner(&mut self) -> bool {

@@ -4,21 +4,29 @@
 //! `qemu+tls://10.250.77.1/system` by `nubo` itself with `--tls-dir`:
 //!
 //! - `doctor --connect --tls-dir` checks the three client files and the remote daemon;
-//! - an unreachable host (a closed port), a missing TLS directory and `--wait` (not remote
-//!   yet) are refused with a clear error and leave nothing; the next create converges;
+//! - an unreachable host (a closed port), a missing TLS directory, `--publish` (QEMU's
+//!   forward would listen on that host) and a hostile `vm ssh --jump` are refused with a clear
+//!   error and leave nothing; the next create converges;
+//! - the first VM, on the namespace's isolated libvirt network (DHCP only, no `<forward>`), is
+//!   created with `--wait` from this namespace and reaches cloud-init done through readiness
+//!   following libvirt's console stream (recorded into this host's console log): its DHCP
+//!   lease bears its name, `vm logs` (here) shows cloud-init's closing line, `vm ip` the
+//!   leased address, and `vm ssh` to that address (run inside the namespace: the guest's
+//!   network is not routed to this one, and no sshd exists here to be a `--jump` host) reads
+//!   instance-id = the domain's UUID;
 //! - the base is uploaded once into the pool as `nubo-base-<sha256/16>.qcow2` (its bytes hash
 //!   to the store's digest) and the OS disk volume backs onto it; a second VM reuses it (one
 //!   base volume, the same file: not uploaded again);
 //! - stop/start (the chain is checked on the host before the boot), domain UUID = record UUID;
+//!   `vm wait` follows the new boot to cloud-init done while libvirtd restarts under it;
 //! - a create killed during the base upload, then a create that converges;
 //! - `rm` of both VMs leaves the base volume; a base volume damaged behind nubo's back (an
 //!   upload killed half-way) fails verification and is replaced by the next creates, two at
 //!   once (they take turns on the base: one upload, neither deletes the other's);
 //! - `image prune --connect` removes the base volume no disk backs onto, and says so.
 //!
-//! No guest is booted to cloud-init here: readiness still follows a console log file the
-//! remote libvirtd writes (this host's file only because the "remote" daemon runs on it), so
-//! a boot would prove nothing about remote readiness (see docs/architecture.md).
+//! The remote domain names no serial log file (this host's VM directory does not exist
+//! there): the console log readiness reads is written on this host from the stream.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -32,13 +40,15 @@ use nubo_live::{LiveTest, TestResult, TestRoot};
 const QUICK: Duration = Duration::from_secs(180);
 /// A create uploads the ~400 MiB base through TLS and reads it back.
 const CREATE: Duration = Duration::from_secs(420);
+/// The upload, then a TCG boot to cloud-init done on a shared machine.
+const CREATE_WAIT: Duration = Duration::from_secs(1500);
 const A: &str = "rv1";
 const B: &str = "rv2";
 const C: &str = "rv3";
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
-        "remote_libvirt_tls_base_volume_uploaded_once_shared_pruned",
+        "remote_libvirt_tls_base_volume_uploaded_once_shared_pruned_wait_follows_console_stream",
         &["qemu", "bootstrap", "libvirt-tls"],
         || {
             let t = Instant::now();
@@ -83,28 +93,47 @@ fn bases(lv: &Libvirtd, pool: &str) -> Result<Vec<String>, String> {
 }
 
 fn create(root: &TestRoot, name: &str, uri: &str, tls: &str) -> Result<nubo_live::cli::Out, String> {
-    nubo(
-        root,
-        &[
-            "vm",
-            "create",
-            name,
-            "--image",
-            "debian:12",
-            "--backend",
-            "libvirt",
-            "--connect",
-            uri,
-            "--tls-dir",
-            tls,
-            "--restrict-network",
-            "--memory",
-            "512M",
-            "--vcpus",
-            "1",
-        ],
-        CREATE,
-    )
+    create_with(root, name, uri, tls, &["--restrict-network"], CREATE)
+}
+
+fn create_with(
+    root: &TestRoot,
+    name: &str,
+    uri: &str,
+    tls: &str,
+    extra: &[&str],
+    timeout: Duration,
+) -> Result<nubo_live::cli::Out, String> {
+    let mut args = vec![
+        "vm",
+        "create",
+        name,
+        "--image",
+        "debian:12",
+        "--backend",
+        "libvirt",
+        "--connect",
+        uri,
+        "--tls-dir",
+        tls,
+        "--memory",
+        "512M",
+        "--vcpus",
+        "1",
+    ];
+    args.extend_from_slice(extra);
+    nubo(root, &args, timeout)
+}
+
+/// `nubo ARGS` run inside the libvirtd's namespace, where the guest's network is.
+fn nubo_in_ns(root: &TestRoot, lv: &Libvirtd, args: &[&str]) -> Result<nubo_live::cli::Out, String> {
+    let mut c = std::process::Command::new("ip");
+    c.args(["netns", "exec", &lv.ns])
+        .arg(nubo_live::fixture::nubo_bin()?)
+        .args(args)
+        .env("NUBO_ROOT", root.root())
+        .env("NUBO_RUN_DIR", root.run_dir());
+    nubo_live::cli::run(&mut c, QUICK)
 }
 
 fn remote() -> TestResult {
@@ -115,6 +144,20 @@ fn remote() -> TestResult {
     })?;
     println!("timing libvirtd (TLS) start: {:.1}s", t.elapsed().as_secs_f64());
     let (uri, tls_dir) = lv.tls.clone().ok_or("the harness made no TLS listener")?;
+    // The guests' subnet is routed into the namespace, which forwards nothing: readiness's
+    // SSH probes of a leased address from here stay on this machine (not the default route).
+    // The route goes with the veth when the namespace is deleted.
+    nubo_live::cli::run(
+        std::process::Command::new("ip").args([
+            "route",
+            "replace",
+            &format!("{}.0/24", nubo_live::libvirtd::SUBNET),
+            "via",
+            "10.250.77.1",
+        ]),
+        QUICK,
+    )?
+    .require()?;
     let tls = tls_dir.display().to_string();
     let root = TestRoot::new()?;
     let image = root.with_debian_image()?;
@@ -180,26 +223,8 @@ fn remote() -> TestResult {
     .refused(&["unreachable"])?;
     let empty = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
     create(&root, A, &uri, &empty.path().display().to_string())?.refused(&["--tls-dir", "cacert.pem"])?;
-    nubo(
-        &root,
-        &[
-            "vm",
-            "create",
-            A,
-            "--image",
-            "debian:12",
-            "--backend",
-            "libvirt",
-            "--connect",
-            &uri,
-            "--tls-dir",
-            &tls,
-            "--restrict-network",
-            "--wait",
-        ],
-        QUICK,
-    )?
-    .refused(&["--wait cannot follow a VM on a remote libvirt host"])?;
+    create_with(&root, A, &uri, &tls, &["--publish", "8080:80"], QUICK)?
+        .refused(&["--publish", "remote libvirt host"])?;
     vms_empty(&root, "after the refusals")?;
 
     // A create killed while it uploads the base (as if this host dropped mid-create) leaves a
@@ -252,14 +277,27 @@ fn remote() -> TestResult {
         None => return Err("the killed create never made a base volume".into()),
     }
 
-    // The first VM (converging from the killed create) uploads the base once.
+    // The first VM (converging from the killed create) uploads the base once, and is
+    // followed to cloud-init done through the console stream.
     let t = Instant::now();
-    create(&root, A, &uri, &tls)?.require()?;
+    let made = create_with(
+        &root,
+        A,
+        &uri,
+        &tls,
+        &["--network", "default", "--wait", "--boot-timeout", "1200s"],
+        CREATE_WAIT,
+    )?
+    .require()?;
     println!(
-        "timing remote create with base upload: {:.1}s",
+        "timing remote create with base upload and --wait: {:.1}s",
         t.elapsed().as_secs_f64()
     );
+    if !made.stderr.contains(&format!("vm `{A}` is ready: cloud-init")) {
+        return Err(format!("--wait did not report cloud-init done:\n{}", made.stderr));
+    }
     let rec = inspect(&root, A)?;
+    ready_remote(&root, &lv, &rec)?;
     let pool = rec
         .pointer("/backend_state/pool")
         .and_then(|v| v.as_str())
@@ -332,19 +370,35 @@ fn remote() -> TestResult {
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running after start"));
     }
+    // `vm wait` follows the new boot through the stream while libvirtd restarts under the
+    // running VM: the recorder opens the console again, readiness does not take the
+    // unreachable daemon for a dead VMM, and the next boot's closing line is seen.
+    let (waited, restarted) = std::thread::scope(|sc| {
+        let w = sc.spawn(|| nubo(&root, &["vm", "wait", A, "--timeout", "1200s"], CREATE_WAIT));
+        std::thread::sleep(Duration::from_secs(8));
+        let r = lv.restart();
+        (w.join(), r)
+    });
+    restarted?;
+    let waited = waited.map_err(|_| "wait thread panicked")??.require()?;
+    if !waited.stdout.contains("DataSourceNoCloud") {
+        return Err(format!(
+            "`vm wait` across a libvirtd restart:\n{}\n{}",
+            waited.stdout, waited.stderr
+        ));
+    }
     let snaps = nubo(&root, &["vm", "snapshot", "ls", A], QUICK)?.require()?.stdout;
     if !snaps.contains("s0") {
         return Err(format!("the disk-only snapshot is not listed:\n{snaps}"));
     }
     // `vm ip` names the remote host's forward instead of this host's 127.0.0.1.
-    let ip = nubo(&root, &["vm", "ip", A], QUICK)?;
+    let ip = nubo(&root, &["vm", "ip", B], QUICK)?;
     let ip_text = format!("{}{}", ip.stdout, ip.stderr);
     if !ip_text.contains("that host's 127.0.0.1") {
         return Err(format!("`vm ip` of a remote user-mode VM: {ip_text}"));
     }
 
-    // libvirtd restarted under the running VM: nubo, over TLS again, still sees it running.
-    lv.restart()?;
+    // After libvirtd restarted under the running VM: nubo, over TLS again, still sees it running.
     if ls_state(&root, A)? != "running" {
         return Err(format!("{A} is not running after libvirtd restarted"));
     }
@@ -404,6 +458,79 @@ fn remote() -> TestResult {
     vms_empty(&root, "at the end")?;
     if sha256(&image.qcow2)? != base_sha {
         return Err(format!("the store's base {} changed", image.qcow2.display()));
+    }
+    Ok(())
+}
+
+/// What the `--wait` of a remote VM on the namespace's network proved, checked from outside
+/// nubo's readiness: the lease, the recorded console, the address, the guest's instance-id.
+fn ready_remote(root: &TestRoot, lv: &Libvirtd, rec: &serde_json::Value) -> TestResult {
+    let uuid = rec.get("uuid").and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+    let mac = rec
+        .pointer("/backend_state/mac")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| format!("no MAC in the record: {rec}"))?
+        .to_owned();
+    // The remote network's DHCP lease of the VM's MAC bears its name.
+    let leases = lv.virsh(&["net-dhcp-leases", "default"])?.require()?.stdout;
+    let lease = leases
+        .lines()
+        .find(|l| l.contains(&mac))
+        .ok_or_else(|| format!("no lease of {mac} on the remote network:\n{leases}"))?;
+    if !lease.split_whitespace().any(|w| w == A) {
+        return Err(format!("the lease of {mac} does not bear hostname {A}: {lease}"));
+    }
+    let addr = lease
+        .split_whitespace()
+        .find_map(|w| w.strip_suffix("/24"))
+        .ok_or_else(|| format!("no address in the lease: {lease}"))?
+        .to_owned();
+    // `vm logs`, here: the console as the stream delivered it, cloud-init's closing line in it.
+    let logs = nubo(root, &["vm", "logs", A], QUICK)?.require()?;
+    let closing = logs
+        .stdout
+        .lines()
+        .find(|l| l.contains("Cloud-init v. ") && l.contains(" finished at "))
+        .ok_or_else(|| format!("`vm logs {A}` has no cloud-init closing line:\n{}", logs.stdout))?;
+    if !closing.contains("DataSourceNoCloud") {
+        return Err(format!("cloud-init did not read the seed: {closing}"));
+    }
+    // `vm ip`: the leased address.
+    let ip = nubo(root, &["vm", "ip", A], QUICK)?.require()?;
+    if ip.stdout.trim() != format!("{addr}:22") {
+        return Err(format!("`vm ip {A}` says {:?}, the lease {addr}", ip.stdout.trim()));
+    }
+    // A hostile jump host is refused before ssh runs.
+    nubo(
+        root,
+        &["vm", "ssh", "--jump=-oProxyCommand=touch /tmp/x", A, "--", "true"],
+        QUICK,
+    )?
+    .refused(&["--jump", "starts with `-`"])?;
+    // `--jump` takes ssh through the named host first: a closed port there is where it fails.
+    let j = nubo(
+        root,
+        &["vm", "ssh", "--jump", "root@10.250.77.1:16599", A, "--", "true"],
+        QUICK,
+    )?;
+    if j.ok || !j.stderr.contains("10.250.77.1 port 16599") {
+        return Err(format!(
+            "`vm ssh --jump` did not go through the jump host:\n{}",
+            j.stderr
+        ));
+    }
+    // `vm ssh` to the leased address (inside the namespace, the only place it is routed).
+    let iid = nubo_in_ns(
+        root,
+        lv,
+        &["vm", "ssh", A, "--", "cat", "/var/lib/cloud/data/instance-id"],
+    )?
+    .require()?;
+    if iid.stdout.trim() != uuid {
+        return Err(format!(
+            "instance-id {:?} is not the domain UUID {uuid}",
+            iid.stdout.trim()
+        ));
     }
     Ok(())
 }

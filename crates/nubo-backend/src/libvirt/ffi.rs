@@ -439,11 +439,17 @@ impl Connection {
 
     /// `dom`'s serial console as a blocking stream (taking it over from another client).
     pub fn open_console(&self, dom: &Domain) -> Result<Stream, VirtError> {
+        self.open_console_with(dom, true)
+    }
+
+    /// `dom`'s serial console as a blocking stream; without `force`, libvirt refuses while
+    /// another client holds it (a recorder yields to `nubo vm console`, which forces).
+    pub fn open_console_with(&self, dom: &Domain, force: bool) -> Result<Stream, VirtError> {
         let st = self.new_stream()?;
         // SAFETY: live domain and stream; a NULL device name means the first console;
         // flags 1 = VIR_DOMAIN_CONSOLE_FORCE.
         check(self.api, unsafe {
-            (self.api.domain_open_console)(dom.ptr, std::ptr::null(), st.ptr, 1)
+            (self.api.domain_open_console)(dom.ptr, std::ptr::null(), st.ptr, u32::from(force))
         })?;
         Ok(st)
     }

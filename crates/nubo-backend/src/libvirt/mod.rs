@@ -477,6 +477,14 @@ impl Backend for LibvirtBackend {
             )));
         }
         let uri = self.spec_uri(spec)?;
+        if !uri.is_local() && !spec.ports.is_empty() {
+            // QEMU's forwards would listen on the remote host's 127.0.0.1, out of this host's reach.
+            return Err(BackendError::unsupported(
+                ID,
+                "published ports (--publish) on a remote libvirt host",
+                "a libvirt network there (--network NAME) and `nubo vm ssh --jump USER@HOST NAME`, or a VM on this host for --publish",
+            ));
+        }
         let conn = connect(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
@@ -1026,7 +1034,23 @@ impl Backend for LibvirtBackend {
         self.lease_of(vm).ok().flatten()
     }
 
+    fn console_feed(&self, vm: &VmRef) -> Option<Result<Box<dyn ConsoleStream>, BackendError>> {
+        let st = Self::state_of(vm).ok()?;
+        if st.uri.is_local() {
+            // virtlogd writes the serial log into the VM's directory on this host.
+            return None;
+        }
+        Some(self.open_console(vm, false))
+    }
+
     fn attach_console(&self, vm: &VmRef) -> Result<Box<dyn ConsoleStream>, BackendError> {
+        self.open_console(vm, true)
+    }
+}
+
+impl LibvirtBackend {
+    /// The running domain's console stream; `force` takes it over from another client.
+    fn open_console(&self, vm: &VmRef, force: bool) -> Result<Box<dyn ConsoleStream>, BackendError> {
         let (conn, dom) = self.domain_of(vm)?;
         if dom.state().map(vm_state).unwrap_or(VmState::Stopped) == VmState::Stopped {
             return Err(BackendError::InvalidSpec(format!(
@@ -1035,7 +1059,7 @@ impl Backend for LibvirtBackend {
             )));
         }
         let stream = conn
-            .open_console(&dom)
+            .open_console_with(&dom, force)
             .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
         Ok(Box::new(Console {
             stream: std::sync::Arc::new(stream),
@@ -1497,6 +1521,43 @@ mod tests_unit {
         let e = b.spec_uri(&spec).unwrap_err();
 
         assert!(e.to_string().contains("`ext`"), "{e}");
+    }
+
+    #[test]
+    fn check_remote_uri_with_published_port_is_unsupported_before_connecting() {
+        let b = LibvirtBackend::new(None);
+        let spec = MachineSpec {
+            name: "web".into(),
+            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60".into(),
+            vm_dir: "/var/lib/nubo/vms/web".into(),
+            run_dir: "/run/nubo/vms/web".into(),
+            vcpus: 1,
+            memory_mib: 512,
+            disk: crate::spec::Disk {
+                overlay: "/o.qcow2".into(),
+                base: "/b.qcow2".into(),
+                base_format: "qcow2".into(),
+                ..Default::default()
+            },
+            seed: None,
+            boot: Boot::Firmware {
+                firmware: Firmware::Bios,
+            },
+            machine: MachineKind::Default,
+            network: NetworkMode::Forward,
+            // Port 1 on loopback: were it ever contacted, nothing answers and nothing leaves.
+            options: [("uri".to_owned(), "qemu+tls://127.0.0.1:1/system".to_owned())].into(),
+            ports: vec![nubo_core::PortForward::parse("8080:80").unwrap()],
+            mounts: Vec::new(),
+        };
+
+        let e = b.check(&spec).unwrap_err();
+
+        assert_eq!(e.kind(), nubo_core::ErrorKind::Unsupported, "{e}");
+        assert!(
+            e.to_string().contains("--publish") && e.to_string().contains("--jump"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -316,6 +316,10 @@ pub struct LogsArgs {
 #[derive(Debug, clap::Args)]
 pub struct SshArgs {
     pub name: String,
+    /// Reach the guest through this host (ssh -J), e.g. a remote libvirt host whose network
+    /// the guest is on: [USER@]HOST[:PORT], authenticated by your own SSH setup
+    #[arg(long, value_name = "[USER@]HOST[:PORT]")]
+    pub jump: Option<String>,
     /// Command to run instead of a login shell (after `--`)
     #[arg(last = true)]
     pub command: Vec<String>,

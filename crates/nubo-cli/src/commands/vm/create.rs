@@ -9,26 +9,8 @@ use nubo_spec::{CloudInitSpec, DiskSource, Field, Firmware, KernelBoot, Machine,
 use super::print_event;
 use crate::cli::vm::{AccelArg, CreateArgs, MachineArg};
 
-/// `--wait` follows the serial log file and the DHCP leases of this host's libvirt; a remote
-/// host's VM has neither here yet, so it is refused before anything is made rather than
-/// timing out.
-fn remote_wait(a: &CreateArgs) -> anyhow::Result<()> {
-    let remote = a
-        .connect
-        .as_deref()
-        .is_some_and(|c| nubo_spec::ConnectUri::parse(c, nubo_spec::uri::Origin::Spec).is_ok_and(|u| !u.is_local()));
-    if a.wait && remote {
-        anyhow::bail!(
-            "--wait cannot follow a VM on a remote libvirt host yet (readiness reads this host's console log): leave --wait out and watch it with `nubo vm console {}`",
-            a.name
-        );
-    }
-    Ok(())
-}
-
 pub fn run(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    remote_wait(a)?;
     let spec = spec_or_default(a, engine, home)?;
     if a.dry_run {
         let plan = engine.dry_run(&spec).map_err(flagged)?;

@@ -7,7 +7,12 @@ use crate::cli::vm::{IpArgs, SshArgs};
 use crate::output::{print_json, Format};
 
 pub fn ssh(a: &SshArgs, engine: &Engine) -> anyhow::Result<()> {
-    let argv = engine.ssh_argv(&a.name, &a.command)?;
+    let jump = a
+        .jump
+        .as_deref()
+        .map(nubo_engine::ssh_jump::JumpHost::parse)
+        .transpose()?;
+    let argv = engine.ssh_argv_via(&a.name, &a.command, jump.as_ref())?;
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
     anyhow::bail!("cannot run ssh ({err}): install the openssh-client package")
 }
