@@ -57,6 +57,8 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
     }
 }
 
+/// The engine the `vm` commands drive: Ctrl-C and SIGTERM cancel its waits
+/// ([`crate::interrupt`]).
 pub fn engine(settings: &Settings) -> Engine {
     Engine::new(
         settings.roots.clone(),
@@ -66,6 +68,7 @@ pub fn engine(settings: &Settings) -> Engine {
     .with_fetcher(Box::new(Fetcher {
         settings: settings.clone(),
     }))
+    .with_cancel(crate::interrupt::install())
 }
 
 /// Pulls for the engine with the binary's settings (mirrors, TLS roots) and progress display.
