@@ -50,6 +50,9 @@ pub enum Event {
     Note(String),
     /// A readiness phase reached, with the time since the command started.
     Phase(Phase, Duration),
+    /// Output a guest printed (a build step's stdout and stderr, merged): one line with its
+    /// newline, or the unterminated rest. The CLI copies it to stderr as is.
+    Output(String),
 }
 
 /// An image the engine needs and the store does not have yet.

@@ -137,6 +137,7 @@ pub fn print_event(e: Event) {
         Event::Step(s) => eprintln!("  {s}"),
         Event::Note(s) => eprintln!("note: {s}"),
         Event::Phase(p, t) => eprintln!("[{:>6}] {}", seconds(t), p.label()),
+        Event::Output(s) => eprint!("{s}"),
     }
 }
 
