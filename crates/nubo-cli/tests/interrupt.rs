@@ -23,8 +23,18 @@ fn sigint_during_lock_wait_exits_130_cancelled_and_does_nothing() {
         .map_err(|(_, e)| e)
         .unwrap();
     let mut child = support::command(d, d, &["vm", "rm", "ghost"]).spawn().unwrap();
-    // Let it reach the wait (it polls the flock every few ms after starting).
-    std::thread::sleep(Duration::from_millis(1500));
+    // Its handler is installed (SIGINT caught, per /proc) when it builds the engine, just
+    // before the wait; give it a moment more to be in the wait itself.
+    let until = Instant::now() + Duration::from_secs(20);
+    while !catches_sigint(child.id()) {
+        assert!(Instant::now() < until, "nubo never installed its SIGINT handler");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "nubo ended before waiting for the lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
     assert!(
         child.try_wait().unwrap().is_none(),
         "nubo did not wait for the held lock"
@@ -41,4 +51,14 @@ fn sigint_during_lock_wait_exits_130_cancelled_and_does_nothing() {
     assert!(stderr.contains("error: cancelled while"), "{stderr}");
     assert!(stderr.contains("ghost"), "{stderr}");
     assert!(vm.is_dir(), "the VM directory was removed although cancelled");
+}
+
+/// Whether process `pid` catches SIGINT (its bit in `SigCgt` of /proc/PID/status).
+fn catches_sigint(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & (1 << (Signal::SIGINT as u64 - 1)) != 0)
 }
