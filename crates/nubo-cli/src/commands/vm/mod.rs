@@ -43,8 +43,9 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Cp(a) => cp::run(&a, &engine),
         VmCmd::Rm(a) => lifecycle::rm(&a, &engine),
         VmCmd::Wait(a) => lifecycle::wait(&a, &engine),
-        VmCmd::Console(a) => console::run(&a.name, &engine, settings),
-        VmCmd::Logs(a) => logs::run(&a, &engine),
+        // Nothing in them looks at the token: Ctrl-C ends them at once, as always.
+        VmCmd::Console(a) => crate::interrupt::uncancellable(|| console::run(&a.name, &engine, settings)),
+        VmCmd::Logs(a) => crate::interrupt::uncancellable(|| logs::run(&a, &engine)),
         VmCmd::Ssh(a) => ssh::ssh(&a, &engine),
         VmCmd::Ip(a) => ssh::ip(&a, &engine),
         VmCmd::SshKey => ssh::key(&engine),
@@ -83,7 +84,9 @@ impl nubo_engine::ImageFetcher for Fetcher {
         _events: &mut dyn FnMut(Event),
     ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
         let t0 = std::time::Instant::now();
-        let (label, result) = match what {
+        // A download takes no token: Ctrl-C ends it at once (the partial file is kept for the
+        // next pull to resume), as before.
+        let (label, result) = crate::interrupt::uncancellable(|| match what {
             nubo_engine::Fetch::Catalog(r) => (
                 format!("`{r}`"),
                 super::image::pull_catalog(r, &self.settings).map_err(|e| bootstrap_hint(r, e)),
@@ -104,7 +107,7 @@ impl nubo_engine::ImageFetcher for Fetcher {
                     &self.settings,
                 ),
             ),
-        };
+        });
         let rec = result.map_err(|e| nubo_engine::EngineError::Pull {
             what: label.clone(),
             source: e.into(),
