@@ -77,7 +77,8 @@ struct Planned<'a> {
     key: String,
 }
 
-/// Runs the build. Progress goes to `events`; guest output streams to stderr.
+/// Runs the build. Progress goes to `events`, and the guest's output of each step as
+/// [`Event::Output`] lines.
 pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event)) -> Result<Built, BuildError> {
     let t0 = Instant::now();
     // `-f -`, a pipe or a FIFO as docker build takes them: bounded, never waiting forever.
@@ -261,14 +262,14 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
                 detail,
             };
             match &p.step.action {
-                Action::Run(c) => g.run(&p.step.env, &guest::script(c)).map_err(fail)?,
+                Action::Run(c) => g.run(&p.step.env, &guest::script(c), events).map_err(fail)?,
                 Action::Copy { .. } | Action::CloudInit(_) => {
                     for f in &p.files {
-                        g.put(f).map_err(|e| fail(format!("{e}")))?;
+                        g.put(f, events).map_err(|e| fail(format!("{e}")))?;
                     }
                 }
             }
-            g.run(&BTreeMap::new(), "sync")
+            g.run(&BTreeMap::new(), "sync", events)
                 .map_err(|e| fail(format!("sync after the step: {e}")))?;
             let next = work.join(format!("layer-{}.qcow2", i + 1));
             engine
@@ -286,7 +287,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
             "sealing: cloud-init state, machine-id, host keys, the build key, logs, apt lists, free space".into(),
         ));
         let (_, nubo_key) = nubo_engine::ssh::ensure_key(&engine.roots.ssh_dir())?;
-        g.run(&BTreeMap::new(), &crate::seal::script(&[&public, &nubo_key]))
+        g.run(&BTreeMap::new(), &crate::seal::script(&[&public, &nubo_key]), events)
             .map_err(|d| BuildError::Tool {
                 what: "sealing the image".into(),
                 detail: d,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command as Process, Stdio};
 
@@ -11,6 +11,7 @@ use crate::context::ContextFile;
 use crate::error::{io, BuildError};
 use crate::words::shell_quote;
 use crate::Command;
+use nubo_engine::Event;
 
 pub struct Guest {
     /// `ssh ... -- user@127.0.0.1`, without the remote command.
@@ -18,27 +19,42 @@ pub struct Guest {
 }
 
 impl Guest {
-    /// Runs `script` as root with `env`, its output streamed to our stderr. The exit status's
-    /// text on failure.
-    pub fn run(&self, env: &BTreeMap<String, String>, script: &str) -> Result<(), String> {
-        self.run_with(env, script, Stdio::null())
+    /// Runs `script` as root with `env`, its output (stdout and stderr, merged as they come)
+    /// passed to `events` as [`Event::Output`] lines. The exit status's text on failure.
+    pub fn run(
+        &self,
+        env: &BTreeMap<String, String>,
+        script: &str,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), String> {
+        self.run_with(env, script, Stdio::null(), events)
     }
 
-    fn run_with(&self, env: &BTreeMap<String, String>, script: &str, stdin: Stdio) -> Result<(), String> {
+    fn run_with(
+        &self,
+        env: &BTreeMap<String, String>,
+        script: &str,
+        stdin: Stdio,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<(), String> {
         let remote = remote_command(env, script);
-        // The guest's output goes to nubo's stderr as it comes: stdout is for results.
-        let out = std::io::stderr()
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| format!("cannot stream the step's output ({e})"))?;
-        let status = Process::new(&self.ssh[0])
-            .args(&self.ssh[1..])
+        // One pipe for both streams, so lines keep the order the guest wrote them in.
+        let stream_err = |e: std::io::Error| format!("cannot stream the step's output ({e})");
+        let (reader, writer) = std::io::pipe().map_err(stream_err)?;
+        let writer2 = writer.try_clone().map_err(stream_err)?;
+        let mut cmd = Process::new(&self.ssh[0]);
+        cmd.args(&self.ssh[1..])
             .arg(remote)
             .stdin(stdin)
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::inherit())
-            .status()
-            .map_err(|e| format!("cannot run ssh ({e}): install the openssh-client package"))?;
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(writer2));
+        let spawned = cmd.spawn();
+        // Our copies of the pipe's write end go with the command: the read below ends when
+        // ssh (and whatever it left behind) closes theirs.
+        drop(cmd);
+        let mut child = spawned.map_err(|e| format!("cannot run ssh ({e}): install the openssh-client package"))?;
+        forward_lines(reader, events);
+        let status = child.wait().map_err(|e| format!("cannot wait for ssh ({e})"))?;
         match status.code() {
             Some(0) => Ok(()),
             // ssh's own failures (connection, authentication) exit 255.
@@ -49,18 +65,49 @@ impl Guest {
     }
 
     /// Copies one host file into the guest as root, creating its directory.
-    pub fn put(&self, f: &ContextFile) -> Result<(), BuildError> {
+    pub fn put(&self, f: &ContextFile, events: &mut dyn FnMut(Event)) -> Result<(), BuildError> {
         let (file, _) = crate::context::open_regular(&f.host, &f.guest)?;
         let g = shell_quote(&f.guest);
         let script = format!(
             "mkdir -p -- \"$(dirname -- {g})\" && cat > {g}.nubo-tmp && chmod {:o} {g}.nubo-tmp && mv -f -- {g}.nubo-tmp {g}",
             f.mode
         );
-        self.run_with(&BTreeMap::new(), &script, Stdio::from(file))
+        self.run_with(&BTreeMap::new(), &script, Stdio::from(file), events)
             .map_err(|detail| BuildError::Tool {
                 what: format!("copying {} to {} in the build VM", f.host.display(), f.guest),
                 detail,
             })
+    }
+}
+
+/// The longest piece of output passed on without a newline: a line longer than this (a
+/// progress bar redrawn with `\r`, binary output) is passed on in pieces.
+const MAX_LINE: usize = 64 << 10;
+
+/// Reads `from` to its end, passing each line (newline included) to `events` as
+/// [`Event::Output`]; what follows the last newline is passed on at the end.
+fn forward_lines(mut from: impl Read, events: &mut dyn FnMut(Event)) {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(end) = buf.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=end).collect();
+            events(Event::Output(String::from_utf8_lossy(&line).into_owned()));
+        }
+        if buf.len() >= MAX_LINE {
+            events(Event::Output(String::from_utf8_lossy(&buf).into_owned()));
+            buf.clear();
+        }
+    }
+    if !buf.is_empty() {
+        events(Event::Output(String::from_utf8_lossy(&buf).into_owned()));
     }
 }
 
@@ -113,6 +160,63 @@ pub fn build_key(dir: &std::path::Path, id: &str) -> Result<(PathBuf, String), B
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn forwarded(input: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        forward_lines(input, &mut |e| {
+            if let Event::Output(s) = e {
+                out.push(s);
+            }
+        });
+        out
+    }
+
+    #[test]
+    fn forward_lines_each_line_with_its_newline_then_the_rest() {
+        assert_eq!(forwarded(b"a\nbb\n\ntail"), vec!["a\n", "bb\n", "\n", "tail"]);
+    }
+
+    #[test]
+    fn forward_lines_long_line_in_pieces_nothing_lost() {
+        let long = vec![b'x'; MAX_LINE * 2 + 5];
+
+        let out = forwarded(&long);
+
+        assert!(out.iter().all(|s| s.len() <= MAX_LINE + 8192), "{}", out.len());
+        assert_eq!(out.concat().len(), long.len());
+    }
+
+    #[test]
+    fn guest_run_streams_output_as_events_in_order() {
+        // `sh -c` stands in for ssh: the remote command is its last argument.
+        let g = Guest {
+            ssh: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo out; echo err >&2; echo again".into(),
+                "sh".into(),
+            ],
+        };
+        let mut out = Vec::new();
+
+        g.run(&BTreeMap::new(), "ignored", &mut |e| {
+            if let Event::Output(s) = e {
+                out.push(s);
+            }
+        })
+        .unwrap();
+
+        assert_eq!(out, vec!["out\n", "err\n", "again\n"]);
+    }
+
+    #[test]
+    fn guest_run_failure_is_exit_status() {
+        let g = Guest {
+            ssh: vec!["sh".into(), "-c".into(), "exit 3".into(), "sh".into()],
+        };
+
+        assert_eq!(g.run(&BTreeMap::new(), "x", &mut |_| {}).unwrap_err(), "exit status 3");
+    }
 
     #[test]
     fn remote_command_quotes_env_and_script() {

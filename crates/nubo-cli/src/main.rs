@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod interrupt;
 mod output;
 mod settings;
 mod ssh_keys;
@@ -42,7 +43,11 @@ fn report(e: &anyhow::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!("error: {}", terminal::sanitize(&format!("{e:#}"), &terminal::argv()));
-    ExitCode::from(1)
+    // Ended by Ctrl-C or SIGTERM (the engine stopped at a safe point): the shell's convention.
+    match interrupt::received() {
+        Some(sig) => ExitCode::from(u8::try_from(128 + sig).unwrap_or(1)),
+        None => ExitCode::from(1),
+    }
 }
 
 /// clap's message (help and version go to stdout as clap prints them); a usage error quotes the

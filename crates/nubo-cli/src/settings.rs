@@ -59,6 +59,14 @@ impl Settings {
                 ca_bundle: self.ssl_cert_file.clone(),
                 extra_ca: self.extra_ca.clone(),
             },
+            // nubo's own file, then $REGISTRY_AUTH_FILE, then docker's: read by the library
+            // when a pull needs them.
+            credentials: nubo_image::oci::CredentialSource {
+                entries: Default::default(),
+                files: std::iter::once(self.auth_file.clone())
+                    .chain(self.foreign_auth_files.iter().cloned())
+                    .collect(),
+            },
         }
     }
 

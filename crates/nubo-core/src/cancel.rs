@@ -1,6 +1,6 @@
 //! What every blocking call of a long-running caller (a daemon, a controller) takes: a
-//! [`Cancel`] token another thread can trip, and a [`Deadline`]. The CLI passes a token that is
-//! never cancelled (Ctrl-C ends its process, and the kernel releases its locks).
+//! [`Cancel`] token another thread can trip, and a [`Deadline`]. A daemon gives each call its
+//! own token; the CLI's one is tripped by its SIGINT/SIGTERM handler.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

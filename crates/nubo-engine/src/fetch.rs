@@ -1,7 +1,7 @@
-//! An [`ImageFetcher`] that needs nothing from a binary: catalog and URL pulls into the store
-//! under a [`PullConfig`] (mirrors, TLS trust) its caller built, progress as [`Event`]s. A
-//! daemon gives the engine this one; the CLI keeps its own for its progress bars and registry
-//! credentials, over the same `PullConfig`.
+//! An [`ImageFetcher`] that needs nothing from a binary: catalog, URL and registry pulls into
+//! the store under a [`PullConfig`] (mirrors, TLS trust, registry credentials) its caller built,
+//! progress as [`Event`]s. A daemon gives the engine this one; the CLI keeps its own for its
+//! progress bars, over the same `PullConfig`.
 
 use std::path::PathBuf;
 
@@ -35,12 +35,7 @@ impl ImageFetcher for PullFetcher {
                 req.allow_http = *allow_http;
                 (url.clone(), req)
             }
-            Fetch::Oci(r) => {
-                return Err(EngineError::Unavailable {
-                    what: format!("pulling `{r}` from its registry without credentials"),
-                    fix: "give the engine an ImageFetcher that holds the registry's credentials".into(),
-                })
-            }
+            Fetch::Oci(r) => return self.fetch_oci(r, events),
         };
         let store = ImageStore::open(&self.images)?;
         let mut on_event = |e: PullEvent| match e {
@@ -55,6 +50,31 @@ impl ImageFetcher for PullFetcher {
             what: label.clone(),
             source: Box::new(e),
         })?;
+        Ok(added.record)
+    }
+}
+
+impl PullFetcher {
+    /// A registry image: the one already pulled from `r`, else pulled with the credentials
+    /// [`PullConfig::credentials`] gives for its registry.
+    fn fetch_oci(&self, r: &nubo_image::OciRef, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError> {
+        let label = format!("`{r}`");
+        let failed = |e: nubo_image::oci::OciError| EngineError::Pull {
+            what: label.clone(),
+            source: Box::new(e),
+        };
+        let store = ImageStore::open(&self.images)?;
+        if let Some(rec) = nubo_image::oci::stored(&store, r).map_err(failed)? {
+            return Ok(rec);
+        }
+        let req = self.config.oci_request(r).map_err(failed)?;
+        events(Event::Step(format!("pulling {r}")));
+        let mut on_event = |e: PullEvent| match e {
+            PullEvent::Waiting { .. } => events(Event::Note(format!("waiting for another pull of {label}"))),
+            PullEvent::Note(n) => events(Event::Step(n)),
+            _ => {}
+        };
+        let added = nubo_image::oci::pull(&store, &req, &mut on_event).map_err(failed)?;
         Ok(added.record)
     }
 }
@@ -126,16 +146,68 @@ mod tests {
     }
 
     #[test]
-    fn pull_fetcher_oci_unavailable_names_fix() {
+    fn pull_fetcher_oci_reads_credentials_from_config_bad_file_names_it() {
         let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("daemon-auth.json");
+        std::fs::write(&bad, b"{not json").unwrap();
+        let mut config = PullConfig::default();
+        config.credentials.files.push(bad);
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
-            config: PullConfig::default(),
+            config,
         };
-        let r = nubo_image::OciRef::parse("127.0.0.1:5000/team/vm:1").unwrap();
+        let r = nubo_image::OciRef::parse("127.0.0.1:1/team/vm:1").unwrap();
 
         let err = fetcher.fetch(&Fetch::Oci(r), &mut |_| {}).err().unwrap();
 
-        assert!(err.to_string().contains("credentials"), "{err}");
+        let chain = error_chain(&err);
+        assert!(chain.contains("daemon-auth.json"), "{chain}");
+        assert!(chain.contains("127.0.0.1:1/team/vm:1"), "{chain}");
+    }
+
+    #[test]
+    fn pull_fetcher_oci_with_credentials_asks_the_registry() {
+        // A registry that is not there: the fetcher got past the credentials and tried it
+        // (over https, as the CLI does), and says which image it could not pull.
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        drop(listener);
+        let mut config = PullConfig::default();
+        config.credentials.entries.insert(
+            format!("127.0.0.1:{port}"),
+            nubo_image::oci::Credentials {
+                username: "u".into(),
+                password: "secret".into(),
+            },
+        );
+        let fetcher = PullFetcher {
+            images: dir.path().join("images"),
+            config,
+        };
+        let r = nubo_image::OciRef::parse(&format!("127.0.0.1:{port}/team/vm:1")).unwrap();
+        let mut steps: Vec<String> = Vec::new();
+
+        let err = fetcher
+            .fetch(&Fetch::Oci(r), &mut |e| steps.push(format!("{e:?}")))
+            .err()
+            .unwrap();
+
+        let chain = error_chain(&err);
+        assert!(matches!(err, EngineError::Pull { .. }), "{chain}");
+        assert!(!chain.contains("secret"), "{chain}");
+        assert!(steps.iter().any(|s| s.contains("pulling")), "{steps:?}");
+    }
+
+    /// The error and its sources, one line.
+    fn error_chain(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut cur = e.source();
+        while let Some(s) = cur {
+            out.push_str(": ");
+            out.push_str(&s.to_string());
+            cur = s.source();
+        }
+        out
     }
 }

@@ -27,6 +27,7 @@ pub mod ssh;
 pub mod ssh_jump;
 pub mod usage;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use nubo_backend::Registry;
@@ -52,6 +53,9 @@ pub enum Event {
     Note(String),
     /// A readiness phase reached, with the time since the command started.
     Phase(Phase, Duration),
+    /// Output a guest printed (a build step's stdout and stderr, merged): one line with its
+    /// newline, or the unterminated rest. The CLI copies it to stderr as is.
+    Output(String),
 }
 
 /// An image the engine needs and the store does not have yet.
@@ -78,17 +82,20 @@ pub trait ImageFetcher: Send + Sync {
     fn fetch(&self, what: &Fetch, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError>;
 }
 
+/// Cheap to share: [`Engine::with_cancel`] makes a handle over the same registry and fetcher
+/// with its own cancellation token, one per call of a daemon.
 pub struct Engine {
     pub roots: Roots,
-    pub registry: Registry,
+    pub registry: Arc<Registry>,
     /// `NUBO_VM_BACKEND`, read by the binary.
     pub env_backend: Option<String>,
-    pub fetcher: Option<Box<dyn ImageFetcher>>,
+    pub fetcher: Option<Arc<dyn ImageFetcher>>,
     /// How long a command waits for another command on the same VM ([`LOCK_WAIT`]).
     pub lock_wait: Duration,
-    /// Ends the engine's waits (for a VM's lock, ...) early when cancelled: a daemon trips it
-    /// at shutdown. The CLI's is never cancelled (Ctrl-C ends the process and the kernel
-    /// releases its locks).
+    /// Ends the engine's waits (a VM's lock, a create's steps, readiness, the SSH key's lock)
+    /// early when cancelled, with [`EngineError::Cancelled`]: a daemon gives each call its own
+    /// token ([`Engine::with_cancel`]) and trips it when the caller goes away or at shutdown;
+    /// the CLI trips its one token on SIGINT/SIGTERM.
     pub cancel: nubo_core::Cancel,
 }
 
@@ -107,6 +114,9 @@ pub struct StoredSettings {
 /// snapshot), short enough that a stuck holder is reported.
 pub const LOCK_WAIT: Duration = Duration::from_secs(30);
 
+/// How late a sleeping wait ([`Engine::sleep`]) sees its cancellation at most.
+pub const CANCEL_SLICE: Duration = Duration::from_millis(100);
+
 /// settings.json is a few bytes; a bigger one is not nubo's.
 const MAX_SETTINGS: u64 = 1 << 20;
 
@@ -114,7 +124,7 @@ impl Engine {
     pub fn new(roots: Roots, registry: Registry, env_backend: Option<String>) -> Engine {
         Engine {
             roots,
-            registry,
+            registry: Arc::new(registry),
             env_backend,
             fetcher: None,
             lock_wait: LOCK_WAIT,
@@ -123,8 +133,46 @@ impl Engine {
     }
 
     pub fn with_fetcher(mut self, f: Box<dyn ImageFetcher>) -> Engine {
-        self.fetcher = Some(f);
+        self.fetcher = Some(Arc::from(f));
         self
+    }
+
+    /// A handle on the same engine (roots, registry, fetcher, lock wait: shared, not copied)
+    /// whose waits end when `cancel` is cancelled: what a daemon makes per call, so cancelling
+    /// one request leaves the others running. The per-VM locks are the process's, so handles
+    /// exclude each other as one engine does.
+    pub fn with_cancel(&self, cancel: nubo_core::Cancel) -> Engine {
+        Engine {
+            roots: self.roots.clone(),
+            registry: Arc::clone(&self.registry),
+            env_backend: self.env_backend.clone(),
+            fetcher: self.fetcher.clone(),
+            lock_wait: self.lock_wait,
+            cancel,
+        }
+    }
+
+    /// [`EngineError::Cancelled`] saying the engine stopped while `what`, when this handle's
+    /// token is cancelled: checked between the steps of a create and of every wait.
+    pub fn check_cancel(&self, what: &str) -> Result<(), EngineError> {
+        if self.cancel.is_cancelled() {
+            return Err(EngineError::Cancelled { what: what.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Sleeps `d` (a [`Step::PollAfter`] of a readiness machine, say) in slices short enough
+    /// to see a cancellation within [`CANCEL_SLICE`]; cancelled is
+    /// [`EngineError::Cancelled`] naming `what` the caller waited for.
+    pub fn sleep(&self, d: Duration, what: &str) -> Result<(), EngineError> {
+        let deadline = nubo_core::Deadline::after(d);
+        loop {
+            self.check_cancel(what)?;
+            if deadline.passed() {
+                return Ok(());
+            }
+            std::thread::sleep(deadline.slice(CANCEL_SLICE));
+        }
     }
 
     /// The VM's lock for the verb `op`, waiting up to [`Engine::lock_wait`] for another

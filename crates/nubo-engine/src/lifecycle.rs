@@ -14,7 +14,7 @@ use nubo_core::VmState;
 use serde::Serialize;
 
 use crate::guest_status::{Answer, GuestStatus};
-use crate::readiness::{self, Outcome, Probes, Readiness, WaitFor};
+use crate::readiness::{Outcome, Probes, Readiness, Step, WaitFor};
 use crate::record::{self, Phase, VmRecord};
 use crate::{Engine, EngineError, Event};
 
@@ -391,8 +391,16 @@ impl Engine {
         start: Instant,
         events: &mut dyn FnMut(Event),
     ) -> Result<Outcome, EngineError> {
-        let r = self.readiness(name, target, timeout, start)?;
-        Ok(readiness::drive(r, &mut |p, t| events(Event::Phase(p, t)))?)
+        let mut r = self.readiness(name, target, timeout, start)?;
+        let what = format!("waiting for vm `{name}` to be ready (the VM itself is left as it is)");
+        loop {
+            match r.step() {
+                Step::Phase(p, t) => events(Event::Phase(p, t)),
+                Step::PollAfter(d) => self.sleep(d, &what)?,
+                Step::Done(o) => return Ok(o),
+                Step::Failed(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// Readiness of the running VM as a state machine its caller polls

@@ -672,4 +672,5 @@ fn launch_backend_unreachable_is_the_recorded_with_a_note() {
     );
 }
 
+mod cancel;
 mod concurrency;

@@ -91,6 +91,8 @@ pub struct PullConfig {
     /// (distro, base URL) replacing that distro's own.
     pub mirrors: Vec<(String, String)>,
     pub tls: TlsSettings,
+    /// Registry credentials for OCI pulls ([`PullConfig::oci_request`]).
+    pub credentials: crate::oci::CredentialSource,
 }
 
 impl PullConfig {
@@ -108,6 +110,25 @@ impl PullConfig {
         };
         req.tls = self.tls.clone();
         req
+    }
+
+    /// A pull of the registry reference `r` under this configuration: the TLS trust, and the
+    /// registry's credentials looked up in [`PullConfig::credentials`] (a bad auth file is an
+    /// error naming it).
+    pub fn oci_request(&self, r: &crate::OciRef) -> Result<crate::oci::pull::OciPullRequest, crate::oci::OciError> {
+        let (registry, _, _) = crate::oci::pull::split(r)?;
+        Ok(crate::oci::pull::OciPullRequest {
+            reference: r.clone(),
+            name: None,
+            force: false,
+            client: crate::oci::ClientSettings {
+                tls: self.tls.clone(),
+                insecure: false,
+                credentials: self.credentials.lookup(registry)?,
+                retries: 5,
+                limits: Default::default(),
+            },
+        })
     }
 }
 
@@ -500,6 +521,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn pull_config_oci_request_gets_its_registrys_credentials_and_tls() {
+        let mut config = PullConfig {
+            tls: TlsSettings {
+                ca_bundle: Some("/ca.pem".into()),
+                extra_ca: Vec::new(),
+            },
+            ..Default::default()
+        };
+        let creds = crate::oci::Credentials {
+            username: "u".into(),
+            password: "p".into(),
+        };
+        config
+            .credentials
+            .entries
+            .insert("127.0.0.1:5000".into(), creds.clone());
+
+        let mine = config
+            .oci_request(&crate::OciRef::parse("127.0.0.1:5000/team/vm:1").unwrap())
+            .unwrap();
+        let other = config
+            .oci_request(&crate::OciRef::parse("127.0.0.1:5001/team/vm:1").unwrap())
+            .unwrap();
+
+        assert_eq!(mine.client.credentials, Some(creds));
+        assert_eq!(mine.client.tls, config.tls);
+        assert!(!mine.client.insecure);
+        assert_eq!(other.client.credentials, None);
+    }
+
+    #[test]
     fn pull_config_request_catalog_gets_its_distro_mirror_url_none() {
         let config = PullConfig {
             mirrors: vec![("debian".into(), "http://127.0.0.1:9/debian".into())],
@@ -507,6 +559,7 @@ mod tests {
                 ca_bundle: Some("/ca.pem".into()),
                 extra_ca: Vec::new(),
             },
+            ..Default::default()
         };
 
         let catalog = config.request(PullSource::Catalog(ImageRef::parse("debian:12").unwrap()));

@@ -181,6 +181,7 @@ fn converge(l: &Lowered, action: Action, engine: &Engine) -> Result<String, Stri
             Event::Step(s) => eprintln!("{name}: {s}"),
             Event::Note(s) => eprintln!("{name}: note: {s}"),
             Event::Phase(p, t) => eprintln!("{name}: [{:.1}s] {}", t.as_secs_f64(), p.label()),
+            Event::Output(s) => eprint!("{name}: {s}"),
         }
     };
     let err = |e| super::manifest::engine_error_line(l, e);

@@ -20,15 +20,9 @@ pub fn run(cmd: RegistryCmd, settings: &Settings) -> anyhow::Result<()> {
 }
 
 /// The credentials for `registry`: the first of nubo's file, $REGISTRY_AUTH_FILE, docker's
-/// config that has an entry.
+/// config that has an entry (the library's lookup over [`Settings::pull_config`]'s source).
 pub fn credentials(registry: &str, settings: &Settings) -> anyhow::Result<Option<Credentials>> {
-    let files = std::iter::once(&settings.auth_file).chain(&settings.foreign_auth_files);
-    for path in files {
-        if let Some(c) = AuthFile::load(path)?.get(registry, path)? {
-            return Ok(Some(c));
-        }
-    }
-    Ok(None)
+    Ok(settings.pull_config().credentials.lookup(registry)?)
 }
 
 pub fn client_settings(

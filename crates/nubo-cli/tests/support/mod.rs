@@ -67,3 +67,21 @@ pub fn run_bounded(mut c: Command, stdin: Option<&[u8]>, deadline: Duration) -> 
 pub fn nubo(dir: &Path, args: &[&str], deadline: Duration) -> Output {
     run_bounded(command(dir, dir, args), None, deadline)
 }
+
+/// Waits for the running `child` (spawned from [`command`]), killing it by its own pid if it
+/// outlives `deadline`, which fails the test.
+pub fn run_bounded_child(mut child: std::process::Child, deadline: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().expect("waiting for nubo").is_none() {
+        if start.elapsed() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collecting nubo's output");
+            panic!(
+                "nubo hung for {deadline:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("collecting nubo's output")
+}

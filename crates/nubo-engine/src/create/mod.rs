@@ -283,6 +283,8 @@ impl Engine {
             }
             _ => None,
         };
+        // Cancelled before the lock, nothing was written (a pull writes only whole images).
+        self.check_cancel(&format!("creating vm `{name}`"))?;
         let lock = self.lock(&name, "create")?;
         let dir = self.roots.vm_dir(&name);
         match record::load(&dir)? {
@@ -504,6 +506,9 @@ impl Engine {
         } else {
             write_seed(name, &seed_path, seed, inputs.own_seed, &uuid, events)?;
         }
+        // The last point a cancellation is seen before the VMM starts: from here `undo` tears
+        // down what was made, as for any error.
+        self.check_cancel(&format!("creating vm `{name}` (what it had made is removed)"))?;
         rec.backend_state = undo.backend.prepare(&rec.machine)?;
         undo.state = rec.backend_state.clone();
         self.boot_locked(&mut rec, undo.backend, events)?;

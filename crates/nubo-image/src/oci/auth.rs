@@ -330,3 +330,95 @@ mod tests {
         assert!(!format!("{c:?}").contains("secret"));
     }
 }
+
+/// Where a pull finds a registry's credentials, given by whoever builds the
+/// [`crate::PullConfig`]: the CLI names its auth files (`nubo registry login`'s, then
+/// `$REGISTRY_AUTH_FILE`, then docker's), a daemon hands over what it read from its own secret.
+/// The library reads the files when a pull needs them, never an environment variable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CredentialSource {
+    /// Credentials held in memory, by registry `host[:port]`: looked at first.
+    pub entries: BTreeMap<String, Credentials>,
+    /// Auth files in the `auths` format docker and podman write, in order: the first with an
+    /// entry for the registry wins; a missing file is skipped.
+    pub files: Vec<std::path::PathBuf>,
+}
+
+impl CredentialSource {
+    /// The credentials for `registry` (`host[:port]`), or none; an unreadable or malformed
+    /// file is an error naming it.
+    pub fn lookup(&self, registry: &str) -> Result<Option<Credentials>, AuthFileError> {
+        if let Some(c) = self.entries.get(registry) {
+            return Ok(Some(c.clone()));
+        }
+        for path in &self.files {
+            if let Some(c) = AuthFile::load(path)?.get(registry, path)? {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod source_tests {
+    use super::*;
+
+    fn creds(u: &str) -> Credentials {
+        Credentials {
+            username: u.into(),
+            password: "pw".into(),
+        }
+    }
+
+    fn file_with(dir: &Path, name: &str, registry: &str, c: &Credentials) -> std::path::PathBuf {
+        let mut f = AuthFile::default();
+        f.set(registry, c);
+        let path = dir.join(name);
+        std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn credential_source_entries_win_over_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = file_with(dir.path(), "a.json", "127.0.0.1:5000", &creds("fromfile"));
+        let mut src = CredentialSource {
+            files: vec![file],
+            ..Default::default()
+        };
+        src.entries.insert("127.0.0.1:5000".into(), creds("secret"));
+
+        assert_eq!(src.lookup("127.0.0.1:5000").unwrap(), Some(creds("secret")));
+    }
+
+    #[test]
+    fn credential_source_first_file_with_entry_wins_missing_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = file_with(dir.path(), "a.json", "other:5000", &creds("other"));
+        let second = file_with(dir.path(), "b.json", "127.0.0.1:5000", &creds("second"));
+        let third = file_with(dir.path(), "c.json", "127.0.0.1:5000", &creds("third"));
+        let src = CredentialSource {
+            files: vec![dir.path().join("missing.json"), other, second, third],
+            ..Default::default()
+        };
+
+        assert_eq!(src.lookup("127.0.0.1:5000").unwrap(), Some(creds("second")));
+        assert_eq!(src.lookup("nowhere:1").unwrap(), None);
+    }
+
+    #[test]
+    fn credential_source_malformed_file_is_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.json");
+        std::fs::write(&bad, b"{not json").unwrap();
+        let src = CredentialSource {
+            files: vec![bad],
+            ..Default::default()
+        };
+
+        let err = src.lookup("127.0.0.1:5000").unwrap_err();
+
+        assert!(err.to_string().contains("bad.json"), "{err}");
+    }
+}

@@ -20,7 +20,7 @@ pub mod pull;
 pub mod push;
 pub mod unpack;
 
-pub use auth::{AuthFile, Challenge, Credentials};
+pub use auth::{AuthFile, Challenge, CredentialSource, Credentials};
 pub use client::{Client, ClientSettings};
 pub use error::OciError;
 pub use pull::{local_name, pull, stored, OciPullRequest};

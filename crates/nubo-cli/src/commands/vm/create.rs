@@ -45,10 +45,14 @@ pub fn run(a: &CreateArgs, engine: &Engine, home: Option<&Path>) -> anyhow::Resu
         // The engine's readiness state machine, stepped here: a phase is printed as it is
         // reached, and the CLI (not the engine) sleeps between looks.
         let mut ready = engine.readiness(&rec.name, target, a.boot_timeout, t0)?;
+        let waiting = format!(
+            "waiting for vm `{0}` to be ready (it is created and running: `nubo vm wait {0}` follows it again)",
+            rec.name
+        );
         let out = loop {
             match ready.step() {
                 Step::Phase(p, t) => print_event(Event::Phase(p, t)),
-                Step::PollAfter(d) => std::thread::sleep(d),
+                Step::PollAfter(d) => engine.sleep(d, &waiting)?,
                 Step::Done(out) => break out,
                 Step::Failed(e) => return Err(EngineError::from(e).into()),
             }

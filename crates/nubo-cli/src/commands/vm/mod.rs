@@ -43,8 +43,9 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
         VmCmd::Cp(a) => cp::run(&a, &engine),
         VmCmd::Rm(a) => lifecycle::rm(&a, &engine),
         VmCmd::Wait(a) => lifecycle::wait(&a, &engine),
-        VmCmd::Console(a) => console::run(&a.name, &engine, settings),
-        VmCmd::Logs(a) => logs::run(&a, &engine),
+        // Nothing in them looks at the token: Ctrl-C ends them at once, as always.
+        VmCmd::Console(a) => crate::interrupt::uncancellable(|| console::run(&a.name, &engine, settings)),
+        VmCmd::Logs(a) => crate::interrupt::uncancellable(|| logs::run(&a, &engine)),
         VmCmd::Ssh(a) => ssh::ssh(&a, &engine),
         VmCmd::Ip(a) => ssh::ip(&a, &engine),
         VmCmd::SshKey => ssh::key(&engine),
@@ -57,6 +58,8 @@ pub fn run(cmd: VmCmd, settings: &Settings) -> anyhow::Result<()> {
     }
 }
 
+/// The engine the `vm` commands drive: Ctrl-C and SIGTERM cancel its waits
+/// ([`crate::interrupt`]).
 pub fn engine(settings: &Settings) -> Engine {
     Engine::new(
         settings.roots.clone(),
@@ -66,6 +69,7 @@ pub fn engine(settings: &Settings) -> Engine {
     .with_fetcher(Box::new(Fetcher {
         settings: settings.clone(),
     }))
+    .with_cancel(crate::interrupt::install())
 }
 
 /// Pulls for the engine with the binary's settings (mirrors, TLS roots) and progress display.
@@ -80,7 +84,9 @@ impl nubo_engine::ImageFetcher for Fetcher {
         _events: &mut dyn FnMut(Event),
     ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
         let t0 = std::time::Instant::now();
-        let (label, result) = match what {
+        // A download takes no token: Ctrl-C ends it at once (the partial file is kept for the
+        // next pull to resume), as before.
+        let (label, result) = crate::interrupt::uncancellable(|| match what {
             nubo_engine::Fetch::Catalog(r) => (
                 format!("`{r}`"),
                 super::image::pull_catalog(r, &self.settings).map_err(|e| bootstrap_hint(r, e)),
@@ -101,7 +107,7 @@ impl nubo_engine::ImageFetcher for Fetcher {
                     &self.settings,
                 ),
             ),
-        };
+        });
         let rec = result.map_err(|e| nubo_engine::EngineError::Pull {
             what: label.clone(),
             source: e.into(),
@@ -134,6 +140,7 @@ pub fn print_event(e: Event) {
         Event::Step(s) => eprintln!("  {s}"),
         Event::Note(s) => eprintln!("note: {s}"),
         Event::Phase(p, t) => eprintln!("[{:>6}] {}", seconds(t), p.label()),
+        Event::Output(s) => eprint!("{s}"),
     }
 }
 
