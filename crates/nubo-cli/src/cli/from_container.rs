@@ -35,6 +35,10 @@ pub struct FromContainerArgs {
     /// Accept a tag and record the digest it resolved to
     #[arg(long)]
     pub allow_mutable_tag: bool,
+    /// Install the distribution's kernel in a build VM when the image has none (not built yet:
+    /// refused with the fix)
+    #[arg(long)]
+    pub add_kernel: bool,
     /// The image has no cloud-init and configures itself: store it as an appliance
     #[arg(long)]
     pub appliance: bool,

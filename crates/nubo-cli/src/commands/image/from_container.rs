@@ -26,6 +26,14 @@ use crate::settings::Settings;
 const DEFAULT_VCPUS: u32 = 2;
 const DEFAULT_MEMORY_MIB: u64 = 1024;
 
+/// `--add-kernel`: refused with the fix until a build VM installs the kernel.
+fn add_kernel(asked: bool) -> anyhow::Result<()> {
+    if asked {
+        bail!("--add-kernel is not built yet: add the kernel to the container image instead (its Containerfile installing the distribution's kernel and initramfs, e.g. `RUN apt-get install -y linux-image-amd64`) and push it again");
+    }
+    Ok(())
+}
+
 /// The disk format assembled, and whether an ISO is made of it.
 fn disk_format(s: &str) -> anyhow::Result<(DiskFormat, bool)> {
     match s {
@@ -95,6 +103,7 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
 /// The whole command up to the stored record: what `image build` runs for `FROM oci://`.
 pub fn make(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<ImageRecord> {
     let t0 = Instant::now();
+    add_kernel(a.add_kernel)?;
     let (format, iso) = disk_format(&a.format)?;
     let firmware = firmware(&a.firmware)?;
     let cloud_config = iso_cloud_config(a.iso_cloud_config.as_deref(), iso)?;
@@ -307,6 +316,17 @@ impl Progress for Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_kernel_refused_with_the_fix() {
+        let err = add_kernel(true).unwrap_err().to_string();
+
+        assert!(
+            err.contains("--add-kernel is not built yet") && err.contains("linux-image-amd64"),
+            "{err}"
+        );
+        assert!(add_kernel(false).is_ok());
+    }
 
     #[test]
     fn disk_format_iso_made_from_raw() {
