@@ -190,6 +190,13 @@ pub fn modules_dir(tree: &Path, k: &KernelFiles) -> Result<PathBuf, String> {
     if version.is_empty() || version.contains('/') {
         return Err(format!("cannot tell the kernel version of /{}", k.kernel.display()));
     }
+    // The live boot is an initramfs-tools `boot=` script; a dracut initramfs ignores it.
+    if !is_regular(tree, Path::new("usr/share/initramfs-tools/init"))? {
+        return Err(
+            "its initramfs is not made by initramfs-tools (/usr/share/initramfs-tools/init is missing), whose boot= scripts the ISO's live boot uses; make a disk instead (--format qcow2 or raw)"
+                .into(),
+        );
+    }
     for base in ["usr/lib/modules", "lib/modules"] {
         let rel = Path::new(base).join(&version);
         if lookup(tree, &rel)?.is_some_and(|m| m.file_type().is_dir()) {
@@ -697,6 +704,36 @@ mod tests {
         symlink(host.path(), t.path().join("etc/cloud")).unwrap();
 
         assert_eq!(default_user(t.path()), None);
+    }
+
+    #[test]
+    fn modules_dir_found_for_debian_kernel() {
+        let t = tree();
+        touch(t.path(), "usr/share/initramfs-tools/init");
+        touch(t.path(), "usr/lib/modules/6.1.0-2-amd64/modules.dep");
+        let k = KernelFiles {
+            kernel: "boot/vmlinuz-6.1.0-2-amd64".into(),
+            initrd: "boot/initrd.img-6.1.0-2-amd64".into(),
+        };
+
+        assert_eq!(
+            modules_dir(t.path(), &k).unwrap(),
+            t.path().join("usr/lib/modules/6.1.0-2-amd64")
+        );
+    }
+
+    #[test]
+    fn modules_dir_without_initramfs_tools_refused() {
+        let t = tree();
+        touch(t.path(), "usr/lib/modules/6.8.5/vmlinuz");
+        let k = KernelFiles {
+            kernel: "usr/lib/modules/6.8.5/vmlinuz".into(),
+            initrd: "usr/lib/modules/6.8.5/initramfs.img".into(),
+        };
+
+        let err = modules_dir(t.path(), &k).unwrap_err();
+
+        assert!(err.contains("not made by initramfs-tools"), "{err}");
     }
 
     #[test]
