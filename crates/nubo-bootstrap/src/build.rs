@@ -295,7 +295,7 @@ pub(crate) fn disk_stages(host: &Host, runner: &mut Runner<'_>, d: &DiskSpec<'_,
     })
 }
 
-fn stage(
+pub(crate) fn stage(
     r: &mut Runner<'_>,
     s: Stage,
     body: impl FnOnce(&mut Runner<'_>) -> Result<(), BootstrapError>,
@@ -395,7 +395,7 @@ fn read_facts(dir: &Path, released: u64) -> Result<(BTreeMap<String, String>, u6
 }
 
 /// Clamps the root filesystem's inode times to `epoch` (see [`ext4_times`]).
-fn clamp_root_times(raw: &Path, offset: u64, epoch: u64) -> Result<(), BootstrapError> {
+pub(crate) fn clamp_root_times(raw: &Path, offset: u64, epoch: u64) -> Result<(), BootstrapError> {
     let epoch = u32::try_from(epoch)
         .map_err(|_| BootstrapError::Malformed(format!("epoch {epoch} is past what ext4's times hold")))?;
     let disk = OpenOptions::new()

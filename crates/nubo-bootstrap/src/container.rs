@@ -18,14 +18,16 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-use crate::build::{disk_stages, DiskFormat, DiskSpec, TreeGuard};
+use crate::build::{clamp_root_times, disk_stages, stage, DiskFormat, DiskSpec, TreeGuard};
+use crate::commands;
 use crate::error::{io_err, BootstrapError};
 use crate::grub;
 use crate::host::{Host, Mode};
 use crate::identity::Ids;
+use crate::iso;
 use crate::layout::Layout;
 use crate::run::Runner;
-use crate::stage::Progress;
+use crate::stage::{Progress, Stage};
 
 /// What to assemble.
 #[derive(Debug, Clone)]
@@ -42,6 +44,15 @@ pub struct ContainerSpec<'a> {
     pub appliance: bool,
     /// The work directory is made (and removed) in here: the store's `tmp/`.
     pub work_parent: &'a Path,
+    /// Deliver a hybrid ISO instead of the disk (`format` is then the intermediate raw disk).
+    pub iso: Option<IsoSpec<'a>>,
+}
+
+/// `--format iso`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IsoSpec<'a> {
+    /// A cloud-config baked into the ISO as its default NoCloud seed (`user-data`).
+    pub cloud_config: Option<&'a [u8]>,
 }
 
 /// A finished disk; its files live in the work directory until moved, which dropping it removes.
@@ -61,6 +72,8 @@ pub struct Assembled {
     pub kernel_path: String,
     pub initrd_path: String,
     pub cloud_init: bool,
+    /// cloud-init's default user as the image's cloud.cfg names it.
+    pub default_user: Option<String>,
     pub elapsed: Duration,
 }
 
@@ -159,6 +172,96 @@ pub fn find_kernel(tree: &Path) -> Result<KernelFiles, String> {
     Err(looked.join("; "))
 }
 
+/// The kernel's modules directory in the tree (`usr/lib/modules/<version>`, else
+/// `lib/modules/<version>`), reached through real directories only.
+pub fn modules_dir(tree: &Path, k: &KernelFiles) -> Result<PathBuf, String> {
+    let name = k.kernel.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let version = match name.strip_prefix("vmlinuz-") {
+        Some(v) => v.to_owned(),
+        // bootc: usr/lib/modules/<version>/vmlinuz
+        None => k
+            .kernel
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    if version.is_empty() || version.contains('/') {
+        return Err(format!("cannot tell the kernel version of /{}", k.kernel.display()));
+    }
+    // The live boot is an initramfs-tools `boot=` script; a dracut initramfs ignores it.
+    if !is_regular(tree, Path::new("usr/share/initramfs-tools/init"))? {
+        return Err(
+            "its initramfs is not made by initramfs-tools (/usr/share/initramfs-tools/init is missing), whose boot= scripts the ISO's live boot uses; make a disk instead (--format qcow2 or raw)"
+                .into(),
+        );
+    }
+    for base in ["usr/lib/modules", "lib/modules"] {
+        let rel = Path::new(base).join(&version);
+        if lookup(tree, &rel)?.is_some_and(|m| m.file_type().is_dir()) {
+            return Ok(tree.join(rel));
+        }
+    }
+    Err(format!(
+        "its kernel {version} has no modules directory (/usr/lib/modules/{version}), which the ISO's live boot loads the CD-ROM and overlay modules from"
+    ))
+}
+
+/// The user cloud-init creates by default (`system_info.default_user.name` in
+/// `/etc/cloud/cloud.cfg`), when the image names one that is a valid user name: what `vm ssh`
+/// logs in as. Read through real directories only, at most 1 MiB; anything else is `None`.
+pub fn default_user(tree: &Path) -> Option<String> {
+    let rel = Path::new("etc/cloud/cloud.cfg");
+    if !is_regular(tree, rel).ok()? {
+        return None;
+    }
+    let mut text = String::new();
+    use std::io::Read;
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(tree.join(rel))
+        .ok()?
+        .take(1 << 20)
+        .read_to_string(&mut text)
+        .ok()?;
+    cloud_cfg_default_user(&text)
+}
+
+/// `system_info: default_user: name: X` of a cloud.cfg, read by indentation (the form distro
+/// cloud.cfg files use), the name checked as a portable user name.
+pub fn cloud_cfg_default_user(text: &str) -> Option<String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let meaningful = |l: &&str| !l.trim().is_empty() && !l.trim_start().starts_with('#');
+    let mut lines = text.lines().filter(meaningful);
+    lines.find(|l| indent(l) == 0 && l.trim_end() == "system_info:")?;
+    let mut du_indent = None;
+    for l in lines {
+        let i = indent(l);
+        if i == 0 {
+            return None;
+        }
+        match du_indent {
+            None if l.trim_end().ends_with("default_user:") && l.trim() == "default_user:" => du_indent = Some(i),
+            None => {}
+            Some(d) if i <= d => return None,
+            Some(_) => {
+                if let Some(v) = l.trim().strip_prefix("name:") {
+                    let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+                    let ok = !v.is_empty()
+                        && v.len() <= 32
+                        && v.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                        && v.chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+                    return ok.then(|| v.to_owned());
+                }
+            }
+        }
+    }
+    None
+}
+
 /// Whether the image has cloud-init's entry point.
 pub fn has_cloud_init(tree: &Path) -> bool {
     lookup(tree, Path::new("usr/bin/cloud-init"))
@@ -254,6 +357,7 @@ pub fn assemble(
         why,
     })?;
     let cloud_init = has_cloud_init(spec.tree);
+    let default_user = default_user(spec.tree);
     if !cloud_init && !spec.appliance {
         return Err(BootstrapError::NoCloudInit { image: image.clone() });
     }
@@ -265,6 +369,14 @@ pub fn assemble(
         .map_err(io_err("cannot create the build directory in", &work_parent))?;
     let ids = container_ids(spec.source_digest);
     prepare_tree(spec.tree, &ids, &k).map_err(bad)?;
+    // Read before the tree is consumed: the modules come from the image's own kernel.
+    let live_cpio = match spec.iso {
+        Some(_) => {
+            let dir = modules_dir(spec.tree, &k).map_err(bad)?;
+            Some(iso::live_cpio(&dir, &ids.root_uuid, spec.epoch).map_err(bad)?)
+        }
+        None => None,
+    };
     let layout = Layout::for_size(spec.size);
     let tree = TreeGuard {
         host,
@@ -288,24 +400,113 @@ pub fn assemble(
             format: spec.format,
         },
     )?;
-    let size = fs::metadata(&disk.path)
-        .map_err(io_err("cannot stat", &disk.path))?
-        .len();
+    let (path, digest) = match (spec.iso, live_cpio) {
+        (Some(iso_spec), Some(cpio)) => {
+            let out = make_iso(
+                &mut runner,
+                &IsoInputs {
+                    work: work.path(),
+                    raw: &disk.path,
+                    kernel: &disk.kernel,
+                    initrd: &disk.initrd,
+                    layout: &layout,
+                    ids: &ids,
+                    epoch: spec.epoch,
+                    cpio: &cpio,
+                    source: spec.source_digest,
+                    cloud_config: iso_spec.cloud_config,
+                    e2fsck: host.tool("e2fsck"),
+                },
+            )?;
+            let digest = crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?;
+            (out, digest)
+        }
+        _ => (disk.path, disk.digest),
+    };
+    let size = fs::metadata(&path).map_err(io_err("cannot stat", &path))?.len();
     Ok(Assembled {
         _work: work,
-        disk: disk.path,
+        disk: path,
         kernel: disk.kernel,
         initrd: disk.initrd,
         cmdline: grub::kernel_cmdline(&ids.root_uuid),
-        digest: disk.digest,
+        digest,
         size,
         virtual_size: layout.disk_bytes,
         root_uuid: ids.root_uuid,
         kernel_path: format!("/{}", k.kernel.display()),
         initrd_path: format!("/{}", k.initrd.display()),
         cloud_init,
+        default_user,
         elapsed: t0.elapsed(),
     })
+}
+
+struct IsoInputs<'a> {
+    work: &'a Path,
+    raw: &'a Path,
+    kernel: &'a Path,
+    initrd: &'a Path,
+    layout: &'a Layout,
+    ids: &'a Ids,
+    epoch: u64,
+    cpio: &'a [u8],
+    source: &'a str,
+    cloud_config: Option<&'a [u8]>,
+    e2fsck: &'a Path,
+}
+
+/// The raw disk's root filesystem, shrunk, with the image's kernel and initramfs, nubo's
+/// initramfs addition and GRUB, as a hybrid ISO (see [`iso`]). Returns the ISO's path.
+fn make_iso(r: &mut Runner<'_>, i: &IsoInputs<'_>) -> Result<PathBuf, BootstrapError> {
+    let tools = iso::probe_tools()?;
+    let dir = i.work.join("iso");
+    let out = i.work.join("image.iso");
+    stage(r, Stage::Iso, |r| {
+        let root = dir.join(iso::ROOT_IMG);
+        iso::put(&dir, iso::ID_FILE, format!("{}\n", i.ids.root_uuid).as_bytes())?;
+        iso::copy_sparse(i.raw, i.layout.root.offset(), i.layout.root.bytes(), &root)?;
+        fs::remove_file(i.raw).map_err(io_err("cannot remove", i.raw))?;
+        r.run(
+            Stage::Iso,
+            iso::resize2fs_min(&tools["resize2fs"], &root, i.epoch),
+            None,
+        )?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&root)
+            .map_err(io_err("cannot open", &root))?;
+        let bytes = iso::ext4_bytes(&f).map_err(|why| {
+            BootstrapError::Malformed(format!("the shrunk root filesystem {}: {why}", root.display()))
+        })?;
+        f.set_len(bytes).map_err(io_err("cannot size", &root))?;
+        drop(f);
+        clamp_root_times(&root, 0, i.epoch)?;
+        r.run(Stage::Iso, commands::e2fsck(i.e2fsck, &root, 0), None)?;
+        for (from, to) in [(i.kernel, "live/vmlinuz"), (i.initrd, "live/initrd.img")] {
+            let dest = dir.join(to);
+            fs::copy(from, &dest).map_err(io_err("cannot copy into the ISO tree", &dest))?;
+        }
+        iso::put(&dir, "live/nubolive.img", i.cpio)?;
+        let short = i.source.trim_start_matches("sha256:").get(..12).unwrap_or_default();
+        iso::put(
+            &dir,
+            "boot/grub/grub.cfg",
+            iso::iso_grub_cfg(&format!("nubo live sha256:{short}")).as_bytes(),
+        )?;
+        if let Some(cc) = i.cloud_config {
+            iso::put(&dir, "nocloud/user-data", cc)?;
+            iso::put(&dir, "nocloud/meta-data", iso::nocloud_meta_data(cc).as_bytes())?;
+        }
+        r.run(
+            Stage::Iso,
+            iso::grub_mkrescue(&tools["grub-mkrescue"], &tools["xorriso"], &dir, &out, i.epoch),
+            None,
+        )?;
+        fs::remove_dir_all(&dir).map_err(io_err("cannot remove", &dir))
+    })?;
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -469,6 +670,70 @@ mod tests {
 
         assert_eq!(fs::read(host.path().join("victim")).unwrap(), b"host");
         assert!(fs::symlink_metadata(t.path().join("etc/fstab")).unwrap().is_file());
+    }
+
+    const DEBIAN_CLOUD_CFG: &str = "# The top level settings\nusers:\n - default\n\nsystem_info:\n   # This will affect which distro class gets used\n   distro: debian\n   default_user:\n     name: debian\n     lock_passwd: True\n     groups: [adm]\n   paths:\n      cloud_dir: /var/lib/cloud/\n";
+
+    #[test]
+    fn cloud_cfg_default_user_debian_named() {
+        assert_eq!(cloud_cfg_default_user(DEBIAN_CLOUD_CFG).as_deref(), Some("debian"));
+    }
+
+    #[test]
+    fn cloud_cfg_default_user_bad_name_ignored() {
+        let text = DEBIAN_CLOUD_CFG.replace("name: debian", "name: ../root;rm");
+
+        assert_eq!(cloud_cfg_default_user(&text), None);
+    }
+
+    #[test]
+    fn cloud_cfg_default_user_outside_system_info_ignored() {
+        assert_eq!(cloud_cfg_default_user("default_user:\n  name: x\n"), None);
+        assert_eq!(
+            cloud_cfg_default_user("system_info:\n  distro: debian\nother:\n  default_user:\n    name: x\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn default_user_symlinked_cloud_cfg_not_read() {
+        let t = tree();
+        let host = tree();
+        fs::write(host.path().join("cloud.cfg"), DEBIAN_CLOUD_CFG).unwrap();
+        fs::create_dir_all(t.path().join("etc")).unwrap();
+        symlink(host.path(), t.path().join("etc/cloud")).unwrap();
+
+        assert_eq!(default_user(t.path()), None);
+    }
+
+    #[test]
+    fn modules_dir_found_for_debian_kernel() {
+        let t = tree();
+        touch(t.path(), "usr/share/initramfs-tools/init");
+        touch(t.path(), "usr/lib/modules/6.1.0-2-amd64/modules.dep");
+        let k = KernelFiles {
+            kernel: "boot/vmlinuz-6.1.0-2-amd64".into(),
+            initrd: "boot/initrd.img-6.1.0-2-amd64".into(),
+        };
+
+        assert_eq!(
+            modules_dir(t.path(), &k).unwrap(),
+            t.path().join("usr/lib/modules/6.1.0-2-amd64")
+        );
+    }
+
+    #[test]
+    fn modules_dir_without_initramfs_tools_refused() {
+        let t = tree();
+        touch(t.path(), "usr/lib/modules/6.8.5/vmlinuz");
+        let k = KernelFiles {
+            kernel: "usr/lib/modules/6.8.5/vmlinuz".into(),
+            initrd: "usr/lib/modules/6.8.5/initramfs.img".into(),
+        };
+
+        let err = modules_dir(t.path(), &k).unwrap_err();
+
+        assert!(err.contains("not made by initramfs-tools"), "{err}");
     }
 
     #[test]

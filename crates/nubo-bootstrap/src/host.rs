@@ -183,6 +183,16 @@ fn user_name(uid: u32) -> Option<String> {
     })
 }
 
+/// `cmd` on this process's `PATH`, then in the sbin directories: for tools only some outputs
+/// need (the ISO's), probed when asked for.
+pub fn find_tool(cmd: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    dirs.extend(SBIN.iter().map(PathBuf::from));
+    find_in(&dirs, cmd)
+}
+
 fn find_in(dirs: &[PathBuf], cmd: &str) -> Option<PathBuf> {
     dirs.iter().map(|d| d.join(cmd)).find(|p| {
         p.metadata()

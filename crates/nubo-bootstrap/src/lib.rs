@@ -19,6 +19,7 @@ pub mod facts;
 pub mod grub;
 pub mod host;
 pub mod identity;
+pub mod iso;
 pub mod layout;
 pub mod mirror;
 pub mod recipe;

@@ -13,10 +13,12 @@ pub enum Stage {
     Esp,
     Convert,
     Digest,
+    /// `--format iso` only: the hybrid ISO around the disk's root filesystem.
+    Iso,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 7] = [
+    pub const ALL: [Stage; 8] = [
         Stage::Packages,
         Stage::Partition,
         Stage::RootFs,
@@ -24,6 +26,7 @@ impl Stage {
         Stage::Esp,
         Stage::Convert,
         Stage::Digest,
+        Stage::Iso,
     ];
 
     pub fn label(self) -> &'static str {
@@ -35,10 +38,11 @@ impl Stage {
             Stage::Esp => "writing the EFI system partition",
             Stage::Convert => "converting to qcow2",
             Stage::Digest => "computing sha256",
+            Stage::Iso => "making the hybrid ISO (grub-mkrescue, root image shrunk)",
         }
     }
 
-    /// 1-based position, for `[n/7]`.
+    /// 1-based position, for `[n/8]`.
     pub fn number(self) -> usize {
         Stage::ALL.iter().position(|s| *s == self).map_or(0, |i| i + 1)
     }

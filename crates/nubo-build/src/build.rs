@@ -50,6 +50,9 @@ pub struct BuildRequest {
     pub compress: bool,
     /// How long the build VM may take to finish cloud-init.
     pub boot_timeout: Duration,
+    /// For `FROM oci://`: the store image the caller made of the container image (through
+    /// `image from-container`'s path), which the build starts from.
+    pub from_container: Option<ImageRef>,
 }
 
 #[derive(Debug, Serialize)]
@@ -108,7 +111,7 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
     sweep(engine, &cache, events);
 
     // FROM, resolved and pulled exactly as `vm create --image` would.
-    let from = resolve_from(engine, &r, events)?;
+    let from = resolve_from(engine, &r, req, events)?;
     let from_blob = from.path.clone();
 
     let mut planned = Vec::new();
@@ -134,6 +137,10 @@ pub fn build(engine: &Engine, req: &BuildRequest, events: &mut dyn FnMut(Event))
         from: match &r.from {
             FromSource::Image { reference } => reference.clone(),
             FromSource::Url { url, .. } => url.clone(),
+            // The digest the reference resolved to, as the from-container record pins it.
+            FromSource::Container { reference } => {
+                format!("oci://{}", from.source.url.clone().unwrap_or_else(|| reference.clone()))
+            }
         },
         from_digest: from.digest.clone(),
         args: r.args.clone(),
@@ -443,8 +450,24 @@ fn sweep(engine: &Engine, cache: &Cache, events: &mut dyn FnMut(Event)) {
 }
 
 /// FROM as `vm create` would resolve it: planned through the engine, which pulls what is not local.
-fn resolve_from(engine: &Engine, r: &Resolved, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, BuildError> {
+fn resolve_from(
+    engine: &Engine,
+    r: &Resolved,
+    req: &BuildRequest,
+    events: &mut dyn FnMut(Event),
+) -> Result<ImageRecord, BuildError> {
     let source = match &r.from {
+        FromSource::Container { reference } => DiskSource::Image {
+            reference: req
+                .from_container
+                .as_ref()
+                .ok_or_else(|| {
+                    BuildError::Refused(format!(
+                        "FROM oci://{reference}: the container image was not made into a disk first (`nubo image build` does it; a library caller runs `image from-container` and sets from_container)"
+                    ))
+                })?
+                .to_string(),
+        },
         FromSource::Image { reference } => DiskSource::Image {
             reference: reference.clone(),
         },

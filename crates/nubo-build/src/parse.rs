@@ -182,6 +182,13 @@ fn instruction(line: usize, keyword: &str, rest: &str) -> Result<Op, ParseError>
             need("an image: `FROM debian:12` or `FROM <url> CHECKSUM sha256:<hex>`")?;
             let w = words()?;
             match w.as_slice() {
+                [r] if r.starts_with("oci://") => {
+                    let reference = &r["oci://".len()..];
+                    if reference.is_empty() || !reference.contains('/') {
+                        return err(line, format!("FROM {r}: name the container image as `oci://REGISTRY/REPO@sha256:<hex>`"));
+                    }
+                    Ok(Op::From(FromSource::Container { reference: reference.to_owned() }))
+                }
                 [r] if r.contains("://") => err(line, format!("FROM {r}: a URL needs its checksum: `FROM {r} CHECKSUM sha256:<hex>`")),
                 [r] => Ok(Op::From(FromSource::Image { reference: r.clone() })),
                 [u, c, sum] if c.eq_ignore_ascii_case("CHECKSUM") => {

@@ -239,7 +239,7 @@ pub fn resolve(file: &VmFile, build_args: &[(String, String)]) -> Result<Resolve
             }
         }
     }
-    if let FromSource::Image { reference } = &out.from {
+    if let FromSource::Image { reference } | FromSource::Container { reference } = &out.from {
         // FROM is the first instruction, before any ARG, so a `$` in it names nothing.
         if reference.contains('$') {
             return Err(ParseError {

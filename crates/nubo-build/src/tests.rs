@@ -480,3 +480,33 @@ fn resolve_build_arg_over_value_bound_refused() {
 
     assert!(err.to_string().contains("--build-arg A"), "{err}");
 }
+
+#[test]
+fn parse_from_oci_container_reference() {
+    let d = format!("sha256:{}", "a".repeat(64));
+
+    let f = parse(&format!("FROM oci://reg.example:5000/team/os@{d}\nRUN true\n")).unwrap();
+
+    assert_eq!(
+        f.from,
+        FromSource::Container {
+            reference: format!("reg.example:5000/team/os@{d}")
+        }
+    );
+}
+
+#[test]
+fn parse_from_oci_without_repository_is_refused() {
+    let e = line_err("FROM oci://\n");
+
+    assert!(e.message.contains("oci://REGISTRY/REPO@sha256:<hex>"), "{e}");
+}
+
+#[test]
+fn resolve_from_oci_with_variable_is_refused() {
+    let f = parse("FROM oci://reg.example/$X\n").unwrap();
+
+    let e = resolve(&f, &[]).unwrap_err();
+
+    assert!(e.message.contains("uses a variable"), "{e}");
+}

@@ -53,6 +53,10 @@ pub enum FromSource {
     Image { reference: String },
     /// `FROM URL CHECKSUM sha256:<hex>`.
     Url { url: String, checksum: String },
+    /// `FROM oci://REGISTRY/REPO@sha256:<hex>`: a container image made bootable through
+    /// `image from-container`'s path (`reference` without `oci://`; a tag only with
+    /// `--allow-mutable-tag`).
+    Container { reference: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

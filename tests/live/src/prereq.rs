@@ -39,6 +39,8 @@ fn probe(name: &str) -> Result<(), String> {
         "ovmf" => file(OVMF_CODE, "ovmf").and_then(|()| file(OVMF_VARS, "ovmf")),
         // The host tools of `nubo image bootstrap`, and root or mmdebstrap's unshare mode.
         "bootstrap" => nubo_bootstrap::Host::probe().map(|_| ()).map_err(|e| e.to_string()),
+        // `image from-container --format iso`: grub-mkrescue, xorriso, mformat, resize2fs.
+        "iso-build" => nubo_bootstrap::iso::probe_tools().map(|_| ()).map_err(|e| e.to_string()),
         // The shared Cloud Hypervisor build (no registry ships it) and a /dev/kvm it can use.
         "cloud-hypervisor" => cloud_hypervisor_binary().and_then(|_| {
             if Path::new("/dev/kvm").exists() {

@@ -14,12 +14,18 @@
 //! - `image from-container REF@sha256:... -t ctr:1` in two fresh roots gives the same sha256
 //!   (reproducible) and prints `sha256:` and `sha512:` lines; the record says where it came
 //!   from (source kind, manifest and layer digests);
-//! - one VM boots the disk through BIOS firmware and its GRUB (`--firmware bios`) to
-//!   cloud-init finished with its hostname.
+//! - one VM boots the disk through UEFI (OVMF) and the ESP's GRUB (`vm create --firmware efi`)
+//!   to cloud-init finished with its hostname, `/sys/firmware/efi` present in the guest (the
+//!   BIOS path of the same `disk_stages` assembly boots in the bootstrap tests);
+//! - at the same time (two TCG VMs, two cores) `--format iso --iso-cloud-config` in the second
+//!   root gives a stored `iso` image printing `sha256:`/`sha512:`, and QEMU with that ISO as
+//!   `-cdrom` and nothing else (SeaBIOS, El Torito, GRUB, the image's kernel and initramfs plus
+//!   nubo's live addition, root from the ISO under an overlay) reaches cloud-init finished, runs
+//!   the baked seed's runcmd with the baked hostname, and shows a login prompt.
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use nubo_bootstrap::digest::file_digest;
@@ -28,7 +34,7 @@ use nubo_image::digest::sha256_bytes;
 use nubo_live::cli::{field, guest, json, nubo, nubo_in, Cleanup};
 use nubo_live::fixture::cache_base;
 use nubo_live::registry::{Registry, PASSWORD, USER};
-use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
+use nubo_live::{run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
 
 const QUICK: Duration = Duration::from_secs(60);
 /// Pull, unpack (two passes over ~450 MiB) and assemble, on a shared 2-core machine.
@@ -40,7 +46,15 @@ const CREATED: &str = "2024-06-01T00:00:00Z";
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
         "from_container_reproducible_disk_boots_to_cloud_init",
-        &["docker-registry", "skopeo", "bootstrap", "qemu-img", "qemu"],
+        &[
+            "docker-registry",
+            "skopeo",
+            "bootstrap",
+            "qemu-img",
+            "qemu",
+            "ovmf",
+            "iso-build",
+        ],
         reproducible_disk_boots,
     )])
 }
@@ -75,6 +89,7 @@ fn rootfs_layer(root: &TestRoot, dir: &Path) -> Result<(String, String, u64), St
             .arg(format!("{}?offset={offset}", raw.display())),
         MAKE,
     )?;
+    restore_set_id_bits(&raw, offset, &tree)?;
     fs::remove_file(&raw).map_err(|e| e.to_string())?;
     if !tree.join("usr/bin/cloud-init").exists() {
         return Err("the rootfs read out of the shared image has no /usr/bin/cloud-init".into());
@@ -96,6 +111,63 @@ fn rootfs_layer(root: &TestRoot, dir: &Path) -> Result<(String, String, u64), St
     let digest = file_digest(&gz).map_err(|e| e.to_string())?;
     let size = fs::metadata(&gz).map_err(|e| e.to_string())?.len();
     Ok((digest, diff_id, size))
+}
+
+/// debugfs `rdump` sets a file's mode before its owner, and chown clears set-id bits: sudo
+/// would lose its setuid (and a VMfile build's RUN, which runs through sudo, fail). One
+/// debugfs run lists every directory of the tree with modes (`ls -p`), and each set-id
+/// regular file gets its mode back.
+fn restore_set_id_bits(raw: &Path, offset: u64, tree: &Path) -> TestResult {
+    let mut dirs = vec![std::path::PathBuf::new()];
+    let mut i = 0;
+    while i < dirs.len() {
+        let rel = dirs[i].clone();
+        i += 1;
+        for e in fs::read_dir(tree.join(&rel)).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            if e.file_type().map_err(|e| e.to_string())?.is_dir() {
+                dirs.push(rel.join(e.file_name()));
+            }
+        }
+    }
+    let cmds: String = dirs.iter().map(|d| format!("ls -p \"/{}\"\n", d.display())).collect();
+    let cmd_file = raw.with_extension("debugfs");
+    fs::write(&cmd_file, cmds).map_err(|e| e.to_string())?;
+    let out = run(
+        Command::new("debugfs")
+            .arg("-f")
+            .arg(&cmd_file)
+            .arg(format!("{}?offset={offset}", raw.display())),
+        MAKE,
+    )?;
+    let mut dir = String::new();
+    let mut fixed = 0;
+    for line in out.lines() {
+        if let Some(d) = line.strip_prefix("debugfs: ls -p \"/") {
+            dir = d.trim_end_matches('"').to_owned();
+            continue;
+        }
+        let f: Vec<&str> = line.split('/').collect();
+        let [_, _, mode, _, _, name, ..] = f.as_slice() else {
+            continue;
+        };
+        let Ok(mode) = u32::from_str_radix(mode, 8) else {
+            continue;
+        };
+        if mode & 0o170000 == 0o100000 && mode & 0o6000 != 0 {
+            let p = tree.join(&dir).join(name);
+            fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode & 0o7777))
+                .map_err(|e| format!("chmod {}: {e}", p.display()))?;
+            fixed += 1;
+        }
+    }
+    let sudo = fs::metadata(tree.join("usr/bin/sudo")).map_err(|e| format!("the tree has no /usr/bin/sudo: {e}"))?;
+    if std::os::unix::fs::PermissionsExt::mode(&sudo.permissions()) & 0o4000 == 0 {
+        return Err(format!(
+            "/usr/bin/sudo is not setuid after restoring {fixed} set-id files"
+        ));
+    }
+    Ok(())
 }
 
 /// An OCI layout in `dir/oci` holding the gzip layer, tagged `1`.
@@ -277,14 +349,23 @@ fn login(root: &TestRoot, reg: &Registry) -> TestResult {
 fn make(reg: &Registry, source: &str, label: &str) -> Result<(TestRoot, String, String), String> {
     let root = TestRoot::new()?;
     login(&root, reg)?;
+    let (a, b) = make_in(&root, reg, source, label, &["-t", "ctr:1"])?;
+    Ok((root, a, b))
+}
+
+/// `image from-container SOURCE ARGS...` in `root`; returns the printed sha256, sha512.
+fn make_in(
+    root: &TestRoot,
+    reg: &Registry,
+    source: &str,
+    label: &str,
+    args: &[&str],
+) -> Result<(String, String), String> {
     let ca = reg.ca.display().to_string();
     let t = Instant::now();
-    let out = nubo(
-        &root,
-        &["image", "from-container", source, "-t", "ctr:1", "--ca-cert", &ca],
-        MAKE,
-    )?
-    .require()?;
+    let mut argv = vec!["image", "from-container", source, "--ca-cert", &ca];
+    argv.extend_from_slice(args);
+    let out = nubo(root, &argv, MAKE)?.require()?;
     println!(
         "timing from-container ({label}): {:.1}s\n{}",
         t.elapsed().as_secs_f64(),
@@ -293,8 +374,7 @@ fn make(reg: &Registry, source: &str, label: &str) -> Result<(TestRoot, String, 
     let lines: Vec<&str> = out.stdout.lines().collect();
     match lines.as_slice() {
         [a, b] if a.starts_with("sha256:") && a.len() == 71 && b.starts_with("sha512:") && b.len() == 135 => {
-            let (a, b) = (a.to_string(), b.to_string());
-            Ok((root, a, b))
+            Ok((a.to_string(), b.to_string()))
         }
         _ => Err(format!(
             "from-container ({label}) printed {:?}, not a sha256: and a sha512: line",
@@ -342,15 +422,23 @@ fn reproducible_disk_boots() -> TestResult {
         .refused(&["names a tag", "--allow-mutable-tag"])?;
     nubo(
         &probe,
-        &["image", "from-container", &by_digest, "-t", "ctr:1", "--format", "iso"],
+        &[
+            "image",
+            "from-container",
+            &by_digest,
+            "-t",
+            "ctr:1",
+            "--iso-cloud-config",
+            "/etc/hostname",
+        ],
         QUICK,
     )?
-    .refused(&["--format iso is not built yet"])?;
+    .refused(&["baked into an ISO only", "--format iso"])?;
 
     hostile_layers_refused(&reg, work.path())?;
 
     let (root, sha256, sha512) = make(&reg, &by_digest, "first")?;
-    let (_other, again, again512) = make(&reg, &by_digest, "second, another root")?;
+    let (other, again, again512) = make(&reg, &by_digest, "second, another root")?;
     if (&sha256, &sha512) != (&again, &again512) {
         return Err(format!(
             "the same container digest gave two disks: {sha256} / {again} ({sha512} / {again512})"
@@ -363,11 +451,21 @@ fn reproducible_disk_boots() -> TestResult {
     let kind = field(&rec, "/source/kind")?;
     let manifest = field(&rec, "/source/manifest")?;
     let layers = field(&rec, "/labels/io.nubo.source.container.layers")?;
-    if kind != "container" || manifest != pushed || layers != layer.0 || field(&rec, "/digest")? != sha256 {
+    let user = field(&rec, "/default_user")?;
+    if kind != "container"
+        || manifest != pushed
+        || layers != layer.0
+        || field(&rec, "/digest")? != sha256
+        || user != "debian"
+    {
         return Err(format!("the record does not say where the disk came from: {rec}"));
     }
 
-    // The disk boots through BIOS and the GRUB nubo installed, to cloud-init with its hostname.
+    // The ISO, with a baked seed, made in the second root and booted from -cdrom alone while
+    // the disk boots.
+    let iso = iso_boot_start(&reg, &other, work.path(), &by_digest)?;
+
+    // The disk boots through UEFI and the GRUB nubo put on the ESP, to cloud-init with its hostname.
     let name = "ctr";
     let hostname = "from-container-vm";
     let _cleanup = Cleanup::new(&root, &[name]);
@@ -381,12 +479,9 @@ fn reproducible_disk_boots() -> TestResult {
             "--image",
             "ctr:1",
             "--firmware",
-            "bios",
+            "efi",
             "--hostname",
             hostname,
-            // The image's cloud-init default user; a container disk records none of its own.
-            "--ssh-user",
-            "debian",
             "--restrict-network",
             "--wait",
             "--boot-timeout",
@@ -405,6 +500,161 @@ fn reproducible_disk_boots() -> TestResult {
     let h = guest(&root, name, "hostname")?;
     if h != hostname {
         return Err(format!("guest hostname {h:?}, expected {hostname:?}"));
+    }
+    let efi = guest(&root, name, "test -d /sys/firmware/efi && echo uefi || echo bios")?;
+    if efi != "uefi" {
+        return Err(format!("the guest booted with {efi}, not through UEFI"));
+    }
+    iso_boot_finish(iso)?;
+    vmfile_from_oci(&reg, &root, work.path(), &by_digest, pushed)
+}
+
+/// `image build` of a VMfile `FROM oci://REGISTRY/REPO@sha256:...`: the container image made a
+/// disk through from-container's path, one build VM (logging in as the image's default user),
+/// the record naming the reference and the digest it resolved to.
+fn vmfile_from_oci(reg: &Registry, root: &TestRoot, dir: &Path, by_digest: &str, pushed: &str) -> TestResult {
+    let ctx = dir.join("vmfile-ctx");
+    fs::create_dir_all(&ctx).map_err(|e| e.to_string())?;
+    fs::write(
+        ctx.join("VMfile"),
+        format!("FROM oci://{by_digest}\nRUN echo built-from-oci > /etc/nubo-oci-built\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let ca = reg.ca.display().to_string();
+    let t = Instant::now();
+    nubo(
+        root,
+        &[
+            "image",
+            "build",
+            "-t",
+            "built:1",
+            "--ca-cert",
+            &ca,
+            "--boot-timeout",
+            "600s",
+            &ctx.display().to_string(),
+        ],
+        MAKE + BOOT,
+    )?
+    .require()?;
+    println!("timing image build FROM oci://: {:.1}s", t.elapsed().as_secs_f64());
+    let rec = json(
+        &nubo(root, &["image", "inspect", "built:1"], QUICK)?.require()?.stdout,
+        "image inspect built:1",
+    )?;
+    let from = field(&rec, "/build/from")?;
+    if from != format!("oci://{by_digest}") || !from.ends_with(pushed) {
+        return Err(format!(
+            "the build record does not name FROM oci:// and its digest: {from}"
+        ));
+    }
+    Ok(())
+}
+
+const ISO_HOST: &str = "nubo-iso-live";
+
+struct IsoBoot {
+    vm: Guard,
+    log: std::path::PathBuf,
+    marker: String,
+    started: Instant,
+}
+
+/// Makes the ISO (baked cloud-config: a hostname and a runcmd writing a marker to the serial
+/// console) and starts QEMU with it as `-cdrom` and nothing else.
+fn iso_boot_start(reg: &Registry, root: &TestRoot, dir: &Path, source: &str) -> Result<IsoBoot, String> {
+    let marker = format!("NUBO-ISO-SEED-{}", std::process::id());
+    let cc = dir.join("iso-cloud-config");
+    fs::write(
+        &cc,
+        format!("#cloud-config\nhostname: {ISO_HOST}\nruncmd:\n  - echo \"{marker} host=$(hostname)\" > /dev/ttyS0\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    let cc = cc.display().to_string();
+    let (sha256, _) = make_in(
+        root,
+        reg,
+        source,
+        "iso",
+        &["-t", "ctr-iso:1", "--format", "iso", "--iso-cloud-config", &cc],
+    )?;
+    let rec = json(
+        &nubo(root, &["image", "inspect", "ctr-iso:1"], QUICK)?.require()?.stdout,
+        "image inspect ctr-iso:1",
+    )?;
+    if field(&rec, "/format")? != "iso" || field(&rec, "/digest")? != sha256 {
+        return Err(format!("the ISO's record is not an iso with the printed digest: {rec}"));
+    }
+    let path = field(&rec, "/path")?;
+    let log = dir.join("iso-serial.log");
+    let mut qemu = Command::new("qemu-system-x86_64");
+    qemu.args([
+        "-machine",
+        "pc",
+        "-accel",
+        "tcg",
+        "-cpu",
+        "max",
+        "-smp",
+        "1",
+        "-m",
+        "1024",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-nic",
+        "none",
+    ])
+    .arg("-serial")
+    .arg(format!("file:{}", log.display()))
+    .arg("-cdrom")
+    .arg(&path)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let vm = Guard::spawn(&mut qemu, "qemu (the ISO from -cdrom)")?;
+    Ok(IsoBoot {
+        vm,
+        log,
+        marker,
+        started: Instant::now(),
+    })
+}
+
+/// The ISO's console: cloud-init finished, the baked runcmd ran with the baked hostname, and a
+/// login prompt.
+fn iso_boot_finish(b: IsoBoot) -> TestResult {
+    let log = b.log.clone();
+    iso_boot_wait(b).map_err(|e| {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        format!("{e}\nlast lines of the ISO's console:\n{}", tail.join("\n"))
+    })
+}
+
+fn iso_boot_wait(mut b: IsoBoot) -> TestResult {
+    let left = BOOT.saturating_sub(b.started.elapsed());
+    let seen = b.vm.wait_for_line(&b.log, left, |l| {
+        l.contains("Cloud-init v.") && l.contains(" finished at ")
+    })?;
+    let left = BOOT.saturating_sub(b.started.elapsed()).max(Duration::from_secs(60));
+    let seen = match seen.contains(" login:") {
+        true => seen,
+        false => b.vm.wait_for_line(&b.log, left, |l| l.contains(" login:"))?,
+    };
+    println!(
+        "timing ISO from -cdrom to cloud-init finished and a login prompt: {:.1}s",
+        b.started.elapsed().as_secs_f64()
+    );
+    b.vm.kill();
+    let expected = format!("{} host={ISO_HOST}", b.marker);
+    if !seen.contains(&expected) {
+        return Err(format!(
+            "the baked seed's runcmd marker `{expected}` is not on the ISO's console; log {}",
+            b.log.display()
+        ));
     }
     Ok(())
 }

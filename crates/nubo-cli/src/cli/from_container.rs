@@ -17,18 +17,28 @@ pub struct FromContainerArgs {
     /// Store the disk under this name
     #[arg(short = 't', long = "tag", value_name = "name:tag")]
     pub tag: String,
-    /// Disk format: qcow2 or raw (iso is not built yet)
-    #[arg(long, value_name = "qcow2|raw", default_value = "qcow2")]
+    /// Output: a qcow2 or raw disk, or a hybrid ISO (BIOS and UEFI, CD-ROM and USB disk) whose
+    /// root is the disk's filesystem read-only under a tmpfs overlay
+    #[arg(long, value_name = "qcow2|raw|iso", default_value = "qcow2")]
     pub format: String,
+    /// With --format iso: bake this cloud-config into the ISO as its default NoCloud seed, so a
+    /// VM booted from the ISO alone is personalised
+    #[arg(long, value_name = "FILE")]
+    pub iso_cloud_config: Option<PathBuf>,
     /// Virtual size of the disk (cloud-init grows the root to a larger VM disk)
     #[arg(long, value_name = "SIZE", default_value = "4G")]
     pub size: ByteSize,
-    /// Firmware the disk boots with: bios (efi and both are not built yet)
-    #[arg(long, value_name = "bios", default_value = "bios")]
+    /// Firmware the image is recorded to boot with (`vm create` picks from it): bios, efi or
+    /// both. Every disk carries both GRUBs (BIOS-boot partition and ESP); an ISO boots both ways
+    #[arg(long, value_name = "bios|efi|both", default_value = "both")]
     pub firmware: String,
     /// Accept a tag and record the digest it resolved to
     #[arg(long)]
     pub allow_mutable_tag: bool,
+    /// Install the distribution's kernel in a build VM when the image has none (not built yet:
+    /// refused with the fix)
+    #[arg(long)]
+    pub add_kernel: bool,
     /// The image has no cloud-init and configures itself: store it as an appliance
     #[arg(long)]
     pub appliance: bool,

@@ -258,6 +258,15 @@ pub struct BuildArgs {
     /// How long the build VM may take to finish cloud-init, e.g. `10m`
     #[arg(long, value_name = "DURATION", default_value = "15m")]
     pub boot_timeout: String,
+    /// `FROM oci://REGISTRY/REPO:TAG`: accept a tag and record the digest it resolved to
+    #[arg(long)]
+    pub allow_mutable_tag: bool,
+    /// `FROM oci://`: also trust this PEM CA bundle for the registry (repeatable)
+    #[arg(long = "ca-cert", value_name = "FILE")]
+    pub ca_cert: Vec<PathBuf>,
+    /// `FROM oci://`: talk plain http to its registry (and to no other host)
+    #[arg(long)]
+    pub insecure_registry: bool,
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: crate::output::Format,
     /// The build context: COPY and CLOUDINIT read only from this directory

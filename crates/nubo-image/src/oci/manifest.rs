@@ -38,6 +38,9 @@ pub const DISK_RAW: &str = "application/vnd.nubo.vm.disk.raw.v1";
 /// The same disks zstd-compressed (`nubo image push --compress`): OCI's `+zstd` suffix.
 pub const DISK_QCOW2_ZSTD: &str = "application/vnd.nubo.vm.disk.qcow2.v1+zstd";
 pub const DISK_RAW_ZSTD: &str = "application/vnd.nubo.vm.disk.raw.v1+zstd";
+/// A bootable ISO (`image from-container --format iso`).
+pub const DISK_ISO: &str = "application/vnd.nubo.vm.disk.iso.v1";
+pub const DISK_ISO_ZSTD: &str = "application/vnd.nubo.vm.disk.iso.v1+zstd";
 pub const KERNEL: &str = "application/vnd.nubo.vm.kernel.v1";
 pub const INITRD: &str = "application/vnd.nubo.vm.initrd.v1";
 
@@ -232,6 +235,8 @@ pub fn disk_media_type(format: &str, compressed: bool) -> Option<&'static str> {
         ("raw", false) => Some(DISK_RAW),
         ("qcow2", true) => Some(DISK_QCOW2_ZSTD),
         ("raw", true) => Some(DISK_RAW_ZSTD),
+        ("iso", false) => Some(DISK_ISO),
+        ("iso", true) => Some(DISK_ISO_ZSTD),
         _ => None,
     }
 }
@@ -374,12 +379,12 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
     for l in &m.layers {
         check_descriptor(l).map_err(malformed)?;
         let slot = match l.media_type.as_str() {
-            DISK_QCOW2 | DISK_RAW | DISK_QCOW2_ZSTD | DISK_RAW_ZSTD => &mut disk,
+            DISK_QCOW2 | DISK_RAW | DISK_QCOW2_ZSTD | DISK_RAW_ZSTD | DISK_ISO | DISK_ISO_ZSTD => &mut disk,
             KERNEL => &mut kernel,
             INITRD => &mut initrd,
             other => {
                 return Err(malformed(format!(
-                    "layer of unknown media type `{}` (this nubo reads {DISK_QCOW2}, {DISK_RAW}, their +zstd forms, {KERNEL}, {INITRD}; a newer nubo may have pushed it)",
+                    "layer of unknown media type `{}` (this nubo reads {DISK_QCOW2}, {DISK_RAW}, {DISK_ISO}, their +zstd forms, {KERNEL}, {INITRD}; a newer nubo may have pushed it)",
                     shown(other)
                 )))
             }
@@ -401,6 +406,8 @@ pub fn classify(bytes: &[u8]) -> Result<VmArtifact, ManifestError> {
     let compressed = is_compressed(&disk.media_type);
     let format = if disk.media_type.starts_with(DISK_QCOW2) {
         "qcow2"
+    } else if disk.media_type.starts_with(DISK_ISO) {
+        "iso"
     } else {
         "raw"
     }

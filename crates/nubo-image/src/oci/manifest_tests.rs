@@ -265,3 +265,23 @@ fn classify_compressed_disk_size_beyond_virtual_refused() {
 
     assert!(matches!(r, Err(ManifestError::Malformed(s)) if s.contains("more than a disk of virtual size")));
 }
+
+#[test]
+fn classify_iso_disk_round_trips_format() {
+    let mut r = record();
+    r.format = "iso".into();
+    r.boot = None;
+    let b = Blobs {
+        disk: Descriptor::new(disk_media_type("iso", false).unwrap(), DISK, 500367360),
+        kernel: None,
+        initrd: None,
+    };
+
+    let art = classify(&render(&r, &b).to_bytes()).unwrap();
+
+    assert_eq!(
+        (art.format.as_str(), art.blobs.disk.media_type.as_str()),
+        ("iso", DISK_ISO)
+    );
+    assert_eq!(disk_media_type("iso", true), Some(DISK_ISO_ZSTD));
+}

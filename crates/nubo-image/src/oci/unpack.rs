@@ -19,7 +19,12 @@
 //! - symlinks are made as links with their target as given (never resolved here);
 //! - modes, times and, when running as root, ownership are kept; device nodes under `/dev` are
 //!   recorded and skipped (the VM's devtmpfs provides them), FIFOs are made;
-//! - xattrs (pax `SCHILY.xattr.*`) are counted, not set.
+//! - xattrs (pax `SCHILY.xattr.*`, `LIBARCHIVE.xattr.*` base64) are checked in the first pass
+//!   (a name at most 255 bytes without NUL, a value at most 64 KiB, at most 64 per entry) and
+//!   set after the owner and mode (chown clears file capabilities) with `lsetxattr` on the name
+//!   inside the open parent directory, so the last component is never followed: `user.*` on
+//!   files and directories, `security.capability` and `trusted.*` only as root; any other
+//!   name (`security.selinux`, ACLs) and any xattr on a symlink is counted, not set.
 //!
 //! On any refusal the work directory is removed; nothing is ever written outside it.
 
@@ -112,8 +117,11 @@ pub struct Unpacked {
     pub bytes: u64,
     /// Device nodes under `/dev` recorded and not made (`dev/console c 5:1`).
     pub skipped_devices: Vec<String>,
-    /// Entries whose xattrs were not set.
+    /// Entries with an xattr that was not set (a name nubo does not set, on a symlink, or
+    /// a root-only name when not root).
     pub skipped_xattrs: u64,
+    /// xattrs set.
+    pub xattrs: u64,
     /// Whether ownership was kept (only as root).
     pub ownership: bool,
 }
@@ -198,7 +206,65 @@ struct Entry {
     gid: u64,
     mtime: u64,
     size: u64,
-    xattrs: bool,
+    /// pax xattrs, names checked by [`check_xattr`].
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Longest xattr name Linux takes (XATTR_NAME_MAX).
+const MAX_XATTR_NAME: usize = 255;
+/// Largest value nubo sets: capabilities are 24 bytes, user xattrs small; ext4 holds a block.
+const MAX_XATTR_VALUE: usize = 64 << 10;
+const MAX_XATTRS: usize = 64;
+
+/// Whether an xattr name is one nubo sets: `user.*`, and as root also `security.capability`
+/// and `trusted.*`. Others are counted, not set.
+pub fn xattr_settable(name: &[u8], root: bool) -> bool {
+    let suffix = |p: &[u8]| name.len() > p.len() && name.starts_with(p);
+    suffix(b"user.") || (root && (name == b"security.capability" || suffix(b"trusted.")))
+}
+
+/// A pax xattr of a hostile layer: a name without NUL of at most 255 bytes, in a namespace
+/// (`user.`, `trusted.`, `security.`, `system.`), its value at most 64 KiB.
+pub fn check_xattr(name: &[u8], value: &[u8]) -> Result<(), String> {
+    let shown = String::from_utf8_lossy(name);
+    if name.is_empty() || name.len() > MAX_XATTR_NAME || name.contains(&0) {
+        return Err(format!(
+            "its xattr name `{}` is empty, has a NUL or is past {MAX_XATTR_NAME} bytes",
+            shown.escape_debug()
+        ));
+    }
+    if ![&b"user."[..], b"trusted.", b"security.", b"system."]
+        .iter()
+        .any(|p| name.len() > p.len() && name.starts_with(p))
+    {
+        return Err(format!(
+            "its xattr `{}` is in no namespace Linux knows",
+            shown.escape_debug()
+        ));
+    }
+    if value.len() > MAX_XATTR_VALUE {
+        return Err(format!(
+            "its xattr `{}` holds {} bytes (at most {MAX_XATTR_VALUE})",
+            shown.escape_debug(),
+            value.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Sets `name`=`value` on `entry` inside the open directory `dir`, never following `entry`.
+fn set_xattr(dir: &File, entry: &OsStr, name: &[u8], value: &[u8]) -> io::Result<()> {
+    let path = std::ffi::CString::new(at(dir, entry).into_os_string().into_vec())?;
+    let name = std::ffi::CString::new(name.to_vec())?;
+    // SAFETY: both strings are NUL-terminated and outlive the call; value points at
+    // value.len() readable bytes; lsetxattr reads them and keeps no pointer.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::lsetxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -453,7 +519,7 @@ impl Meta {
             .or_else(|| h.link_name_bytes().map(|b| b.into_owned()));
         let (mut uid, mut gid, mut mtime) = (h.uid()?, h.gid()?, h.mtime()?);
         let mut size = e.size();
-        let mut xattrs = false;
+        let mut xattrs = Vec::new();
         let shown_now = String::from_utf8_lossy(&path).into_owned();
         let bad = |why: String| MetaErr::Refused(shown_now.clone(), why);
         if let Some(pax) = self.pax.take() {
@@ -484,8 +550,19 @@ impl Meta {
                         }
                         size = s;
                     }
-                    k if k.starts_with("SCHILY.xattr.") || k.starts_with("LIBARCHIVE.xattr.") => xattrs = true,
+                    k if k.starts_with("SCHILY.xattr.") => {
+                        let name = &rec.key_bytes()["SCHILY.xattr.".len()..];
+                        check_xattr(name, rec.value_bytes()).map_err(bad)?;
+                        xattrs.push((name.to_vec(), rec.value_bytes().to_vec()));
+                    }
+                    k if k.starts_with("LIBARCHIVE.xattr.") => {
+                        // libarchive: the name URL-encoded, the value base64; not decoded here.
+                        xattrs.push((Vec::new(), Vec::new()));
+                    }
                     _ => {}
+                }
+                if xattrs.len() > MAX_XATTRS {
+                    return Err(bad(format!("it carries more than {MAX_XATTRS} xattrs")));
                 }
             }
         }
@@ -638,7 +715,6 @@ impl Writer {
         }
         self.touched.insert(e.path.clone());
         self.out.entries += 1;
-        self.out.skipped_xattrs += u64::from(e.xattrs);
         let existing = fstatat(fd, name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
         let existing_dir =
             existing.is_some_and(|s| SFlag::from_bits_truncate(s.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR);
@@ -728,6 +804,22 @@ impl Writer {
             // After chown, which clears set-id bits.
             fchmodat(fd, name.as_os_str(), mode, FchmodatFlags::NoFollowSymlink).map_err(|x| sys("set the mode", x))?;
         }
+        // After chown and chmod: chown clears security.capability.
+        let mut skipped = false;
+        for (xname, value) in &e.xattrs {
+            if is_link || !xattr_settable(xname, self.out.ownership) {
+                skipped = true;
+                continue;
+            }
+            set_xattr(&dir, name, xname, value).map_err(|err| {
+                refuse(format!(
+                    "cannot set its xattr `{}`: {err}",
+                    String::from_utf8_lossy(xname).escape_debug()
+                ))
+            })?;
+            self.out.xattrs += 1;
+        }
+        self.out.skipped_xattrs += u64::from(skipped);
         let t = TimeSpec::new(e.mtime.min(i64::MAX as u64) as i64, 0);
         utimensat(fd, name.as_os_str(), &t, &t, UtimensatFlags::NoFollowSymlink)
             .map_err(|x| sys("set the times", x))?;

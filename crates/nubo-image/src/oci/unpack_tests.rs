@@ -15,6 +15,26 @@ enum E<'a> {
     Node(&'a str, EntryType),
     /// A regular file header declaring `size` bytes with none following.
     Declares(&'a str, u64),
+    /// A pax header of these raw records (`key=value`), describing the next entry.
+    Pax(&'a [(&'a [u8], &'a [u8])]),
+}
+
+/// pax records: `<len> <key>=<value>\n`, the length counting itself.
+fn pax_records(recs: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in recs {
+        let body = k.len() + v.len() + 3; // ' ', '=', '\n'
+        let mut len = body + body.to_string().len();
+        if len.to_string().len() != body.to_string().len() {
+            len += 1;
+        }
+        out.extend_from_slice(format!("{len} ").as_bytes());
+        out.extend_from_slice(k);
+        out.push(b'=');
+        out.extend_from_slice(v);
+        out.push(b'\n');
+    }
+    out
 }
 
 /// The name written byte for byte, as the builder would refuse `..`.
@@ -57,6 +77,15 @@ fn tar_of(entries: &[E<'_>]) -> Vec<u8> {
             }
             // The header alone: the data it declares never follows.
             E::Declares(p, size) => (header(p, EntryType::Regular, *size, 0o644), &[]),
+            E::Pax(recs) => {
+                let body = pax_records(recs);
+                let mut h = header("PaxHeaders/x", EntryType::XHeader, body.len() as u64, 0o644);
+                h.set_cksum();
+                out.extend_from_slice(h.as_bytes());
+                out.extend_from_slice(&body);
+                out.resize(out.len().div_ceil(512) * 512, 0);
+                continue;
+            }
         };
         h.set_cksum();
         out.extend_from_slice(h.as_bytes());
@@ -544,4 +573,74 @@ fn unpack_device_node_without_numbers_outside_dev_refused() {
     let r = unpack(&[l], &c.dest, &LIMITS);
 
     c.assert_refused(r, "device node");
+}
+
+fn lgetxattr(p: &Path, name: &str) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 256];
+    // SAFETY: NUL-terminated strings and a buffer of buf.len() writable bytes.
+    #[allow(unsafe_code)]
+    let n = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    (n >= 0).then(|| buf[..n as usize].to_vec())
+}
+
+#[test]
+fn unpack_pax_user_xattr_set_on_file() {
+    let c = case();
+
+    let out = c
+        .run(&[&[
+            E::Pax(&[(b"SCHILY.xattr.user.nubo", b"v1")]),
+            E::File("usr/bin/ping", b"x", 0o755),
+        ]])
+        .unwrap();
+
+    assert_eq!(
+        lgetxattr(&c.dest.join("usr/bin/ping"), "user.nubo").as_deref(),
+        Some(&b"v1"[..])
+    );
+    assert_eq!((out.xattrs, out.skipped_xattrs), (1, 0));
+}
+
+#[test]
+fn unpack_pax_xattr_outside_namespaces_refused() {
+    let c = case();
+
+    let r = c.run(&[&[E::Pax(&[(b"SCHILY.xattr.evil", b"v")]), E::File("a", b"x", 0o644)]]);
+
+    c.assert_refused(r, "in no namespace Linux knows");
+}
+
+#[test]
+fn unpack_pax_xattr_value_too_big_refused() {
+    let c = case();
+    let big = vec![b'a'; MAX_XATTR_VALUE + 1];
+
+    let r = c.run(&[&[E::Pax(&[(b"SCHILY.xattr.user.big", &big)]), E::File("a", b"x", 0o644)]]);
+
+    c.assert_refused(r, "holds 65537 bytes");
+}
+
+#[test]
+fn unpack_pax_xattr_on_symlink_counted_not_set() {
+    let c = case();
+
+    let out = c
+        .run(&[&[E::Pax(&[(b"SCHILY.xattr.user.x", b"v")]), E::Sym("l", "/etc/passwd")]])
+        .unwrap();
+
+    assert_eq!((out.xattrs, out.skipped_xattrs), (0, 1));
+}
+
+#[test]
+fn xattr_settable_root_only_names() {
+    assert!(xattr_settable(b"user.a", false));
+    assert!(!xattr_settable(b"security.capability", false));
+    assert!(xattr_settable(b"security.capability", true));
+    assert!(xattr_settable(b"trusted.overlay.opaque", true));
+    assert!(!xattr_settable(b"security.selinux", true));
+    assert!(!xattr_settable(b"system.posix_acl_access", true));
+    assert!(!xattr_settable(b"user.", false));
 }

@@ -5,10 +5,11 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
-use nubo_bootstrap::container::{assemble, ContainerSpec};
+use nubo_bootstrap::container::{assemble, ContainerSpec, IsoSpec};
 use nubo_bootstrap::{DiskFormat, Host, Progress, Stage, MIN_SIZE};
 use nubo_image::digest::StreamHasher;
 use nubo_image::oci::container::{self, ContainerRequest};
@@ -25,29 +26,87 @@ use crate::settings::Settings;
 const DEFAULT_VCPUS: u32 = 2;
 const DEFAULT_MEMORY_MIB: u64 = 1024;
 
-fn disk_format(s: &str) -> anyhow::Result<DiskFormat> {
-    match s {
-        "qcow2" => Ok(DiskFormat::Qcow2),
-        "raw" => Ok(DiskFormat::Raw),
-        "iso" => bail!("--format iso is not built yet: make a qcow2 or raw disk (`--format qcow2`)"),
-        other => bail!("--format `{other}` is not a disk format nubo makes: use qcow2 or raw"),
+/// `--add-kernel`: refused with the fix until a build VM installs the kernel.
+fn add_kernel(asked: bool) -> anyhow::Result<()> {
+    if asked {
+        bail!("--add-kernel is not built yet: add the kernel to the container image instead (its Containerfile installing the distribution's kernel and initramfs, e.g. `RUN apt-get install -y linux-image-amd64`) and push it again");
     }
+    Ok(())
+}
+
+/// The disk format assembled, and whether an ISO is made of it.
+fn disk_format(s: &str) -> anyhow::Result<(DiskFormat, bool)> {
+    match s {
+        "qcow2" => Ok((DiskFormat::Qcow2, false)),
+        "raw" => Ok((DiskFormat::Raw, false)),
+        "iso" => Ok((DiskFormat::Raw, true)),
+        other => bail!("--format `{other}` is not one nubo makes: use qcow2, raw or iso"),
+    }
+}
+
+/// The most a baked cloud-config may hold: NoCloud user-data, not a payload.
+const MAX_CLOUD_CONFIG: u64 = 1 << 20;
+
+/// The `--iso-cloud-config` file: only with an ISO, a regular file, UTF-8, at most 1 MiB.
+fn iso_cloud_config(path: Option<&Path>, iso: bool) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some(path) = path else { return Ok(None) };
+    if !iso {
+        bail!(
+            "--iso-cloud-config {} is refused: it is baked into an ISO only; add --format iso",
+            path.display()
+        );
+    }
+    let f = File::open(path).with_context(|| format!("reading --iso-cloud-config {}", path.display()))?;
+    let meta = f
+        .metadata()
+        .with_context(|| format!("reading --iso-cloud-config {}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_CLOUD_CONFIG {
+        bail!(
+            "--iso-cloud-config {} is refused: not a regular file of at most {MAX_CLOUD_CONFIG} bytes",
+            path.display()
+        );
+    }
+    let mut data = Vec::new();
+    f.take(MAX_CLOUD_CONFIG + 1)
+        .read_to_end(&mut data)
+        .with_context(|| format!("reading --iso-cloud-config {}", path.display()))?;
+    if std::str::from_utf8(&data).is_err() || data.len() as u64 > MAX_CLOUD_CONFIG {
+        bail!(
+            "--iso-cloud-config {} is refused: NoCloud user-data here is UTF-8 text of at most {MAX_CLOUD_CONFIG} bytes (a #cloud-config)",
+            path.display()
+        );
+    }
+    Ok(Some(data))
 }
 
 fn firmware(s: &str) -> anyhow::Result<Vec<Firmware>> {
     match s {
         "bios" => Ok(vec![Firmware::Bios]),
-        "efi" | "both" => {
-            bail!("--firmware {s} is not built yet: container disks boot with BIOS for now (`--firmware bios`)")
-        }
-        other => bail!("--firmware `{other}` is not one nubo knows: use bios"),
+        "efi" => Ok(vec![Firmware::Efi]),
+        "both" => Ok(vec![Firmware::Bios, Firmware::Efi]),
+        other => bail!("--firmware `{other}` is not one nubo knows: use bios, efi or both"),
     }
 }
 
 pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
+    let rec = make(a, settings)?;
+    let sha512 = sha512_of(&rec.path)?;
+    if a.output == OutputFormat::Json {
+        print_json(&rec)?;
+    } else {
+        println!("{}", rec.digest);
+        println!("{sha512}");
+    }
+    Ok(())
+}
+
+/// The whole command up to the stored record: what `image build` runs for `FROM oci://`.
+pub fn make(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<ImageRecord> {
     let t0 = Instant::now();
-    let format = disk_format(&a.format)?;
+    add_kernel(a.add_kernel)?;
+    let (format, iso) = disk_format(&a.format)?;
     let firmware = firmware(&a.firmware)?;
+    let cloud_config = iso_cloud_config(a.iso_cloud_config.as_deref(), iso)?;
     let name = ImageRef::parse(&a.tag)?;
     let reference = match nubo_image::AnyRef::parse(&a.source)? {
         nubo_image::AnyRef::Oci(r) if r.registry.is_some() => r,
@@ -66,6 +125,9 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
     }
     // Before any download: the tools and root privileges the assembly needs.
     let host = Host::probe().context("checking this host for `nubo image from-container`")?;
+    if iso {
+        nubo_bootstrap::iso::probe_tools().context("checking this host for `--format iso`")?;
+    }
     let tmp = store.tmp_dir();
     let work = tempfile_in(&tmp)?;
     let req = ContainerRequest {
@@ -110,10 +172,10 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
                 unpacked.skipped_devices.join(", ")
             )
         },
-        if unpacked.skipped_xattrs == 0 {
-            String::new()
-        } else {
-            format!("; xattrs not kept on {} entries", unpacked.skipped_xattrs)
+        match (unpacked.xattrs, unpacked.skipped_xattrs) {
+            (0, 0) => String::new(),
+            (set, 0) => format!("; {set} xattrs set"),
+            (set, n) => format!("; {set} xattrs set, some not kept on {n} entries (names nubo does not set, symlinks)"),
         }
     );
 
@@ -125,12 +187,25 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
         format,
         appliance: a.appliance,
         work_parent: &tmp,
+        iso: iso.then_some(IsoSpec {
+            cloud_config: cloud_config.as_deref(),
+        }),
     };
     let built =
         assemble(&host, &spec, &mut Lines).with_context(|| format!("making a disk of container image {reference}"))?;
     drop(work);
 
-    let (kernel, initrd) = store.add_boot_files(&built.digest, &built.kernel, Some(built.initrd.as_path()))?;
+    // An ISO boots through its own GRUB; the disk's root=UUID command line is not its.
+    let boot = if iso {
+        None
+    } else {
+        let (kernel, initrd) = store.add_boot_files(&built.digest, &built.kernel, Some(built.initrd.as_path()))?;
+        Some(BootFiles {
+            kernel,
+            initrd,
+            cmdline: built.cmdline.clone(),
+        })
+    };
     let mut labels = container::provenance(&img);
     labels.insert("io.nubo.source.container.kernel".into(), built.kernel_path.clone());
     labels.insert(
@@ -141,26 +216,23 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
         reference: name.to_string(),
         digest: built.digest.clone(),
         path: built.disk.clone(),
-        format: match format {
-            DiskFormat::Qcow2 => "qcow2",
-            DiskFormat::Raw => "raw",
+        format: match (iso, format) {
+            (true, _) => "iso",
+            (false, DiskFormat::Qcow2) => "qcow2",
+            (false, DiskFormat::Raw) => "raw",
         }
         .into(),
         size: built.size,
-        virtual_size: built.virtual_size,
+        virtual_size: if iso { built.size } else { built.virtual_size },
         cloud_init: built.cloud_init,
         os: None,
         release: None,
         arch: "x86_64".into(),
         firmware,
-        boot: Some(BootFiles {
-            kernel,
-            initrd,
-            cmdline: built.cmdline.clone(),
-        }),
+        boot,
         default_vcpus: DEFAULT_VCPUS,
         default_memory_mib: DEFAULT_MEMORY_MIB,
-        default_user: None,
+        default_user: built.default_user.clone(),
         hypervisor: None,
         source: ImageSource {
             url: Some(pinned(&reference, &img.manifest_digest, img.index_digest.as_deref())),
@@ -175,7 +247,6 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
         build: None,
     };
     let rec = store.add(&built.disk, record)?;
-    let sha512 = sha512_of(&rec.path)?;
     eprintln!(
         "made {} from {}@{} in {:.1}s: {} ({} MiB on disk, {} virtual), kernel {}{}",
         rec.reference,
@@ -192,13 +263,7 @@ pub fn run(a: &FromContainerArgs, settings: &Settings) -> anyhow::Result<()> {
             ", appliance (no cloud-init)"
         }
     );
-    if a.output == OutputFormat::Json {
-        print_json(&rec)?;
-    } else {
-        println!("{}", rec.digest);
-        println!("{sha512}");
-    }
-    Ok(())
+    Ok(rec)
 }
 
 /// The reference as resolved: the digest it pinned (or the tag's digest now).
@@ -253,27 +318,79 @@ mod tests {
     use super::*;
 
     #[test]
-    fn disk_format_iso_refused_not_built_yet() {
-        let err = disk_format("iso").unwrap_err().to_string();
+    fn add_kernel_refused_with_the_fix() {
+        let err = add_kernel(true).unwrap_err().to_string();
 
-        assert!(err.contains("--format iso is not built yet"), "{err}");
+        assert!(
+            err.contains("--add-kernel is not built yet") && err.contains("linux-image-amd64"),
+            "{err}"
+        );
+        assert!(add_kernel(false).is_ok());
+    }
+
+    #[test]
+    fn disk_format_iso_made_from_raw() {
+        assert_eq!(disk_format("iso").unwrap(), (DiskFormat::Raw, true));
     }
 
     #[test]
     fn disk_format_qcow2_and_raw_accepted() {
-        assert_eq!(disk_format("qcow2").unwrap(), DiskFormat::Qcow2);
-        assert_eq!(disk_format("raw").unwrap(), DiskFormat::Raw);
+        assert_eq!(disk_format("qcow2").unwrap(), (DiskFormat::Qcow2, false));
+        assert_eq!(disk_format("raw").unwrap(), (DiskFormat::Raw, false));
         assert!(disk_format("vmdk").is_err());
     }
 
     #[test]
-    fn firmware_efi_and_both_refused_not_built_yet() {
-        for f in ["efi", "both"] {
-            let err = firmware(f).unwrap_err().to_string();
+    fn iso_cloud_config_without_iso_refused() {
+        let f = tempfile::NamedTempFile::new().unwrap();
 
-            assert!(err.contains(&format!("--firmware {f} is not built yet")), "{err}");
-        }
+        let err = iso_cloud_config(Some(f.path()), false).unwrap_err().to_string();
+
+        assert!(err.contains("add --format iso"), "{err}");
+    }
+
+    #[test]
+    fn iso_cloud_config_binary_refused() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), [0xff, 0xfe, 0x00]).unwrap();
+
+        let err = iso_cloud_config(Some(f.path()), true).unwrap_err().to_string();
+
+        assert!(err.contains("UTF-8 text"), "{err}");
+    }
+
+    #[test]
+    fn iso_cloud_config_directory_refused() {
+        let d = tempfile::tempdir().unwrap();
+
+        let err = format!("{:#}", iso_cloud_config(Some(d.path()), true).unwrap_err());
+
+        assert!(err.contains("--iso-cloud-config"), "{err}");
+    }
+
+    #[test]
+    fn iso_cloud_config_text_read() {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), "#cloud-config\nhostname: a\n").unwrap();
+
+        assert_eq!(
+            iso_cloud_config(Some(f.path()), true).unwrap().unwrap(),
+            b"#cloud-config\nhostname: a\n"
+        );
+    }
+
+    #[test]
+    fn firmware_bios_efi_both_recorded() {
         assert_eq!(firmware("bios").unwrap(), vec![Firmware::Bios]);
+        assert_eq!(firmware("efi").unwrap(), vec![Firmware::Efi]);
+        assert_eq!(firmware("both").unwrap(), vec![Firmware::Bios, Firmware::Efi]);
+    }
+
+    #[test]
+    fn firmware_unknown_refused_naming_choices() {
+        let err = firmware("coreboot").unwrap_err().to_string();
+
+        assert!(err.contains("use bios, efi or both"), "{err}");
     }
 
     #[test]
