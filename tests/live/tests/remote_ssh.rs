@@ -2,7 +2,7 @@
 //! namespace ([`Libvirtd`]), and an sshd the test owns in the same namespace (its own config,
 //! host key and authorized key, listening only on the namespace's address, killed by PID),
 //! whose sessions see that libvirtd's socket at `/run/libvirt/libvirt-sock`. `nubo` runs in
-//! this namespace as a user the test adds, whose home is a directory the test made: the URI
+//! the root namespace as a user the test adds, whose home is a directory the test made: the URI
 //! carries no key file nor host-key option (nubo refuses them), so the `ssh` libvirt runs finds
 //! the key and `known_hosts` the ordinary way, in `~/.ssh` (OpenSSH takes `~` from the passwd
 //! entry, not `$HOME`), and nothing is written into root's `~/.ssh`.
@@ -10,13 +10,15 @@
 //! - a host key that is not the one `known_hosts` names is refused with an error naming the fix,
 //!   and nothing is made (no VM, no volume);
 //! - `doctor --connect` reaches the daemon through ssh;
-//! - `vm create` over ssh uploads the base through libvirt's volume stream into the pool as
+//! - one VM on the namespace's isolated network, created over ssh with `--wait`, reaches
+//!   cloud-init done; `vm ssh --jump root@NSADDR:PORT` through the test's sshd reads its
+//!   instance-id (= the domain UUID) from the leased address only that host reaches;
+//! - that create uploads the base through libvirt's volume stream into the pool as
 //!   `nubo-base-<sha256/16>.qcow2`, verified (its bytes hash to the store's digest), the disk
 //!   volume backs onto it; `vm ls`/`vm inspect` show the VM, stop/start follow libvirt, `rm`
 //!   leaves the base, `image prune --connect` removes it.
 //!
-//! No guest boot is waited for: remote_libvirt proves the boot over a remote transport; the
-//! domain is stopped right after each start.
+//! That is the one boot: the domain is stopped right after the later start.
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -355,6 +357,16 @@ fn remote_ssh() -> TestResult {
     }
     let rec = inspect(&root, VM)?;
     let uuid = lv.virsh(&["domuuid", VM])?.require()?.stdout.trim().to_owned();
+    // The namespace forwards nothing, so the route above gives this host no path to the
+    // guest: only the jump host reaches it.
+    let fwd = run(
+        Command::new("ip").args(["netns", "exec", &lv.ns, "sysctl", "-n", "net.ipv4.ip_forward"]),
+        QUICK,
+    )?
+    .require()?;
+    if fwd.stdout.trim() != "0" {
+        return Err(format!("the namespace forwards (ip_forward = {})", fwd.stdout.trim()));
+    }
     // `vm ssh --jump` through the test's sshd (the caller's own ssh setup: key and
     // known_hosts in ~/.ssh) to the guest's leased address, which only that host reaches.
     let jump = format!("root@{NET}.1:{PORT}");
