@@ -41,6 +41,25 @@ apt_get install -y -qq --no-install-recommends "${backports[@]}" \
   libvirt-daemon-driver-storage libvirt-clients dnsmasq-base iproute2
 # The remote-host test's libvirtd listens for TLS with a CA and certificates it makes with openssl.
 $SUDO apt-get install -y -qq --no-install-recommends openssl
+# The qemu+ssh test starts its own sshd (its config, keys, the namespace's address): the package's
+# ssh service must not start or stay enabled. A policy-rc.d that denies starts covers the install;
+# where systemd runs, the unit is disabled and stopped as well.
+if ! dpkg -s openssh-server >/dev/null 2>&1; then
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod 755 "$policy"
+    trap '$SUDO rm -f "$policy"' EXIT
+    apt_get install -y -qq --no-install-recommends openssh-server
+    $SUDO rm -f "$policy"
+    trap - EXIT
+  else
+    apt_get install -y -qq --no-install-recommends openssh-server
+  fi
+fi
+if [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+fi
 # The libvirt benchmark's peer (virt-install --import).
 apt_get install -y -qq --no-install-recommends virtinst
 # virtiofsd for shared folders (vm create --mount) over virtio-fs. Debian 12 has no package (QEMU

@@ -78,6 +78,13 @@ fn probe(name: &str) -> Result<(), String> {
         // A libvirtd listening for TLS in its namespace (the remote-host test): libvirt's
         // prerequisites, and openssl to make its CA, server and client certificates.
         "libvirt-tls" => probe("libvirt").and_then(|()| tool("openssl", "openssl")),
+        // The qemu+ssh test: an sshd the test starts in the libvirtd's namespace, keys made
+        // with ssh-keygen, and the client `ssh` libvirt runs (as a user the test adds).
+        "sshd" => file("/usr/sbin/sshd", "openssh-server")
+            .and_then(|()| tool("ssh-keygen", "openssh-client"))
+            .and_then(|()| tool("ssh", "openssh-client"))
+            .and_then(|()| tool("useradd", "passwd"))
+            .and_then(|()| tool("setpriv", "util-linux")),
         // Shared folders over virtio-fs (vm create --mount): found where the qemu backend looks.
         "virtiofsd" => nubo_backend::qemu::mounts::find_virtiofsd(&nubo_backend::HostEnv::from_process()).map(|_| ()).ok_or_else(|| {
             "virtiofsd not found on PATH or in /usr/libexec: run scripts/install-deps.sh (Debian 12 has no package; it builds virtiofsd 1.14.0 from crates.io)".to_owned()

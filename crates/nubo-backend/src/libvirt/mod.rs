@@ -9,6 +9,7 @@
 
 pub mod base;
 mod config;
+mod connect_fix;
 pub mod ffi;
 pub mod mounts;
 pub mod render;
@@ -129,9 +130,9 @@ fn connect(uri: &ConnectUri) -> Result<Connection, BackendError> {
         )));
     }
     Connection::open(uri).map_err(|e| {
-        unavailable(format!(
-            "libvirt at `{uri}` is unreachable ({e}): start libvirtd (or virtqemud), or give another URI with --connect / NUBO_LIBVIRT_URI"
-        ))
+        let fix = connect_fix::fix(uri, &e.to_string());
+        let e = connect_fix::detail(uri, &e.to_string());
+        unavailable(format!("libvirt at `{uri}` is unreachable ({e}): {fix}"))
     })
 }
 
@@ -1377,8 +1378,12 @@ fn checks(b: &LibvirtBackend) -> Vec<HostCheck> {
             out.push(check(
                 "libvirt daemon",
                 CheckStatus::Broken,
-                format!("`{uri}` is unreachable: {e}"),
-                Some("start libvirtd and virtlogd (or virtqemud), or point NUBO_LIBVIRT_URI at a running one".into()),
+                format!("`{uri}` is unreachable: {}", connect_fix::detail(&uri, &e.to_string())),
+                Some(if uri.transport() == nubo_spec::uri::Transport::Ssh {
+                    connect_fix::fix(&uri, &e.to_string())
+                } else {
+                    "start libvirtd and virtlogd (or virtqemud), or point NUBO_LIBVIRT_URI at a running one".into()
+                }),
                 None,
             ));
             return out;
