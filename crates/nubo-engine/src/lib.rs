@@ -86,6 +86,9 @@ pub struct Engine {
     /// at shutdown. The CLI's is never cancelled (Ctrl-C ends the process and the kernel
     /// releases its locks).
     pub cancel: nubo_core::Cancel,
+    /// Replace `${vm.uuid}` in user-data with the VM's UUID (its instance-id) when the seed is
+    /// built: the Kubernetes controller's placeholder. The CLI passes user-data byte for byte.
+    pub user_data_uuid: bool,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -115,6 +118,7 @@ impl Engine {
             fetcher: None,
             lock_wait: LOCK_WAIT,
             cancel: nubo_core::Cancel::new(),
+            user_data_uuid: false,
         }
     }
 
