@@ -199,6 +199,21 @@ fn classify(e: &EngineError) -> Refusal {
             "ClassTooSmall",
             format!("the VMClass's disk ({requested}) is smaller than the image ({base_size}): use a class with sizeGiB of at least the image's virtual size; nothing was made"),
         ),
+        EngineError::Spec(errs) if errs.has(nubo_spec::Field::ResourcesDiskSize) => {
+            let why: Vec<String> = errs
+                .errors()
+                .iter()
+                .filter(|e| e.field == nubo_spec::Field::ResourcesDiskSize)
+                .map(|e| e.to_string())
+                .collect();
+            fail(
+                "ClassTooSmall",
+                format!(
+                    "the VMClass's sizeGiB is smaller than the image ({}): use a class with sizeGiB of at least the image's virtual size; nothing was made",
+                    why.join("; ")
+                ),
+            )
+        }
         EngineError::Seed(_) => fail(
             "UserDataInvalid",
             "the seed could not be built from the user-data (details withheld: they would quote the Secret): check the user-data with `nubo seed`",

@@ -11,6 +11,7 @@
 pub mod cli;
 pub mod faults;
 pub mod fixture;
+pub mod kube;
 pub mod libvirt_tls;
 pub mod libvirtd;
 pub mod prereq;
