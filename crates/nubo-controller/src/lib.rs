@@ -5,6 +5,7 @@
 pub mod crds;
 pub mod hosts;
 pub mod http;
+pub mod image;
 pub mod leader;
 pub mod metrics;
 pub mod provider;
@@ -157,9 +158,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             }
             async {}
         });
+    let images: Api<types::VMImage> = Api::all(client.clone());
+    let image_ctl = Controller::new(images, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(opts.concurrency.min(4)))
+        .shutdown_on_signal()
+        .run(
+            image::reconcile,
+            |img, err, ctx: Arc<Ctx>| {
+                use kube::ResourceExt;
+                eprintln!("nubo-controller: vmimage {}: {err}", img.name_any());
+                Action::requeue(ctx.backoff.after_failures(3))
+            },
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
     ready.store(true, Ordering::SeqCst);
     tokio::select! {
-        _ = vm_ctl => {}
+        _ = futures::future::join(vm_ctl, image_ctl) => {}
         r = renew => {
             cancel.cancel();
             return Err(anyhow::anyhow!("lost the lease: {}", match r { Ok(Err(e)) => e.to_string(), _ => "renewal ended".into() }));

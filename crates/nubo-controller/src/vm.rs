@@ -29,6 +29,14 @@ pub struct Refusal {
     pub phase: &'static str,
 }
 
+impl Refusal {
+    /// Pending may resolve itself soon (a Secret created); Failed needs the spec changed,
+    /// which a watch event brings: its retry is slow.
+    pub fn retry(&self) -> Duration {
+        Duration::from_secs(if self.phase == "Failed" { 120 } else { 15 })
+    }
+}
+
 fn refuse(reason: &'static str, message: impl Into<String>) -> Refusal {
     Refusal {
         reason,
@@ -93,7 +101,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
             ctx.metrics.set_phase(&ns, &name, r.phase);
             publish(ctx, vm, &old, &status).await;
             apply_status(&api, &name, &status, &ctx.manager).await?;
-            return Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(15))));
+            return Ok(Action::requeue(ctx.backoff.jittered(r.retry())));
         }
     };
     // The host is recorded before anything is made on it: the VM never moves afterwards.
@@ -142,7 +150,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
             ctx.metrics.set_phase(&ns, &name, r.phase);
             publish(ctx, vm, &old, &status).await;
             apply_status(&api, &name, &status, &ctx.manager).await?;
-            return Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(15))));
+            return Ok(Action::requeue(ctx.backoff.jittered(r.retry())));
         }
     }
     publish(ctx, vm, &old, &status).await;
@@ -213,6 +221,23 @@ fn classify(e: &EngineError) -> Refusal {
                     why.join("; ")
                 ),
             )
+        }
+        EngineError::Pull { .. } => {
+            let integrity = std::error::Error::source(e)
+                .and_then(|s| s.downcast_ref::<nubo_image::PullError>())
+                .is_some_and(|p| p.kind() == nubo_core::ErrorKind::Integrity);
+            let mut msg = e.to_string();
+            let mut cur = std::error::Error::source(e);
+            while let Some(c) = cur {
+                msg.push_str(": ");
+                msg.push_str(&c.to_string());
+                cur = c.source();
+            }
+            if integrity {
+                fail("ImageChecksumMismatch", format!("{msg}; fix the VMImage's checksum or ref"))
+            } else {
+                refuse("ImageFetchFailed", msg)
+            }
         }
         EngineError::Seed(_) => fail(
             "UserDataInvalid",
@@ -465,7 +490,7 @@ async fn secret_key(ctx: &Ctx, ns: &str, r: &SecretKeyRef, field: &str) -> Resul
     }
 }
 
-async fn credentials(ctx: &Ctx, provider: &Provider) -> Result<Result<Credentials, Refusal>, Error> {
+pub async fn credentials(ctx: &Ctx, provider: &Provider) -> Result<Result<Credentials, Refusal>, Error> {
     let ns = provider.namespace().unwrap_or_default();
     let sname = &provider.spec.credentials_secret_ref.name;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
