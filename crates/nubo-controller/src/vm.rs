@@ -370,7 +370,14 @@ async fn prepare(
                 continue;
             }
         };
-        match probe(engine.clone()).await {
+        // A scheduled VM stays where it is: its host is not probed again (the engine's own
+        // calls say when it is unreachable), which spares a TLS connection per reconcile.
+        let checked = if old.host.is_some() {
+            Ok(())
+        } else {
+            probe(engine.clone()).await
+        };
+        match checked {
             Ok(()) => {
                 let load = vms_on(&engine);
                 if load < best_load {

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod cli;
+pub mod controller;
 pub mod faults;
 pub mod fixture;
 pub mod kube;

@@ -22,15 +22,14 @@
 //! One guest is started and stopped, never awaited: every other check needs only a defined
 //! domain (CloudInitDone on a remote host follows the engine's remote readiness).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nubo_live::controller::{http_get, serve, start_replica, tail, wait_ready};
 use nubo_live::kube::ApiServer;
 use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
-use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
+use nubo_live::{LiveTest, TestResult, TestRoot};
 use serde_json::Value;
 
 /// A marker inside the user-data Secret: it must never leave the seed.
@@ -46,135 +45,6 @@ fn main() -> ExitCode {
         &["qemu", "bootstrap", "libvirt-tls", "kube-apiserver"],
         || nubo_live::timed("controller", controller),
     )])
-}
-
-fn controller_bin() -> Result<PathBuf, String> {
-    let nubo = nubo_live::nubo_bin()?;
-    let p = nubo.with_file_name("nubo-controller");
-    if p.is_file() {
-        Ok(p)
-    } else {
-        Err(format!(
-            "the nubo-controller binary is not built at {}: run `cargo build -p nubo-controller`",
-            p.display()
-        ))
-    }
-}
-
-/// A controller replica, its output in `log`.
-struct Replica {
-    guard: Guard,
-    log: PathBuf,
-    port: u16,
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Result<Replica, String> {
-    let port = free_port()?;
-    let log = api.dir().join(format!("controller-{id}.log"));
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)
-        .map_err(|e| format!("log: {e}"))?;
-    let f2 = f.try_clone().map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(controller_bin()?);
-    cmd.args(["run", "--state-dir"])
-        .arg(state)
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--lease-namespace",
-            ns,
-            "--identity",
-            id,
-        ])
-        .env("KUBECONFIG", &api.kubeconfig)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(f))
-        .stderr(Stdio::from(f2));
-    let guard = Guard::spawn(&mut cmd, &format!("nubo-controller {id}"))?;
-    Ok(Replica { guard, log, port })
-}
-
-/// `GET path` on 127.0.0.1:port: (status code, body).
-fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect :{port}: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").map_err(|e| e.to_string())?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
-    let code = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or(format!("no status line: {out}"))?;
-    Ok((
-        code,
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
-}
-
-fn wait_ready(r: &mut Replica, timeout: Duration) -> TestResult {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok((200, _)) = http_get(r.port, "/readyz") {
-            return Ok(());
-        }
-        if let Some(s) = r.guard.exited() {
-            return Err(format!("the controller exited with {s}: {}", tail(&r.log)));
-        }
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "the controller was not ready within {timeout:?}: {}",
-                tail(&r.log)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
-fn tail(p: &Path) -> String {
-    let t = std::fs::read_to_string(p).unwrap_or_default();
-    let lines: Vec<&str> = t.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// An HTTP/1.1 server on 127.0.0.1 serving `file` to every GET (HEAD without the body).
-fn serve(file: PathBuf) -> Result<String, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { return };
-            let file = file.clone();
-            std::thread::spawn(move || {
-                let mut req = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16384 {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => req.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let Ok(mut f) = std::fs::File::open(&file) else { return };
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
-                let _ = s.write_all(head.as_bytes());
-                if !req.starts_with(b"HEAD") {
-                    let _ = std::io::copy(&mut f, &mut s);
-                }
-            });
-        }
-    });
-    Ok(format!("http://{addr}/debian-12.qcow2"))
 }
 
 fn get_vm(api: &ApiServer, ns: &str, name: &str) -> Result<Value, String> {
