@@ -5,6 +5,7 @@
 //!
 //! - the CRDs from deploy/crds.yaml are Established; `kubectl explain` shows field
 //!   descriptions; `kubectl get vm` lists with the PHASE HOST IP AGE columns;
+//! - a `firmware: efi`, `machine: q35` class gives a UEFI q35 domain (defined, not booted);
 //! - refusals, each a condition with its reason and no domain made: a missing VMClass, a missing
 //!   user-data Secret, an unknown placeholder, an unreachable host, a class smaller than the image;
 //! - `running: false`: Provisioned (domain defined, seed and OS disk volumes in the pool),
@@ -286,6 +287,11 @@ spec: {{vcpus: 1, memory: 512Mi, sizeGiB: 4}}
 ---
 apiVersion: nubo.dev/v1alpha1
 kind: VMClass
+metadata: {{name: {ns}-efi}}
+spec: {{vcpus: 1, memory: 512Mi, sizeGiB: 4, firmware: efi, machine: q35}}
+---
+apiVersion: nubo.dev/v1alpha1
+kind: VMClass
 metadata: {{name: {ns}-tiny}}
 spec: {{vcpus: 1, memory: 512Mi, sizeGiB: 1}}
 ---
@@ -376,6 +382,15 @@ spec:
     }
     if !columns.stdout.contains("Stopped") || !columns.stdout.contains("hv1") {
         return Err(format!("kubectl get vm: {}", columns.stdout));
+    }
+
+    // An efi class: the domain boots through UEFI firmware (defined only, not booted).
+    api.apply(&vm("ve", &format!("{ns}-efi"), "lab", false, "user-data"))?;
+    let ve = wait_cond(api, ns, "ve", "Provisioned", "True", None, QUICK)?;
+    let ve_dom = domain_of(lv, ve["status"]["uuid"].as_str().unwrap_or_default())?;
+    let xml = lv.virsh(&["dumpxml", &ve_dom])?.require()?.stdout;
+    if !xml.contains("<loader") || !xml.contains("q35") {
+        return Err(format!("firmware: efi, machine: q35 not in {ve_dom}'s XML:\n{xml}"));
     }
 
     // 4. Refusals: a condition each, no domain made.
