@@ -86,6 +86,8 @@ impl Hosts {
                 return Ok(e.engine.clone());
             }
         }
+        // The host's name becomes part of a directory name: a DNS label only (no `/`, no `..`).
+        check_host_name(&key.host)?;
         let parsed = ConnectUri::parse(uri, Origin::Spec).map_err(|e| format!("host `{}`: {e}", key.host))?;
         let tls = tempfile::Builder::new()
             .prefix("pki-")
@@ -129,6 +131,16 @@ impl Hosts {
     }
 }
 
+/// A Provider host's name must be a DNS label: it names the host's state directory.
+pub fn check_host_name(name: &str) -> Result<(), String> {
+    nubo_core::VmName::parse(name).map(|_| ()).map_err(|e| {
+        format!(
+            "host name `{}` is not a DNS label ({e}): rename it in the Provider",
+            name.escape_default()
+        )
+    })
+}
+
 fn write_private(p: &Path, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
@@ -149,4 +161,37 @@ pub fn fnv(s: &str) -> u32 {
         h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
     }
     h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_host_name_traversal_refused() {
+        for bad in ["../../etc", "a/b", "..", "", "a b", "x\0"] {
+            assert!(check_host_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_host_name("hv1").is_ok());
+    }
+
+    #[test]
+    fn engine_hostile_host_name_makes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = Hosts::new(dir.path(), nubo_core::Cancel::new()).unwrap();
+        let key = HostKey {
+            namespace: "ns".into(),
+            provider: "p".into(),
+            host: "../../escape".into(),
+        };
+        let creds = Credentials {
+            ca: b"x".to_vec(),
+            cert: b"x".to_vec(),
+            key: b"x".to_vec(),
+            version: "1".into(),
+        };
+        assert!(hosts.engine(&key, "qemu+tls://10.0.0.1/system", &creds).is_err());
+        assert!(std::fs::read_dir(dir.path().join("tls")).unwrap().next().is_none());
+        assert!(!dir.path().join("escape").exists());
+    }
 }
