@@ -97,6 +97,9 @@ pub struct Engine {
     /// token ([`Engine::with_cancel`]) and trips it when the caller goes away or at shutdown;
     /// the CLI trips its one token on SIGINT/SIGTERM.
     pub cancel: nubo_core::Cancel,
+    /// Replace `${vm.uuid}` in user-data with the VM's UUID (its instance-id) when the seed is
+    /// built: the Kubernetes controller's placeholder. The CLI passes user-data byte for byte.
+    pub user_data_uuid: bool,
 }
 
 /// nubo's persisted settings (`$NUBO_ROOT/settings.json`).
@@ -129,6 +132,7 @@ impl Engine {
             fetcher: None,
             lock_wait: LOCK_WAIT,
             cancel: nubo_core::Cancel::new(),
+            user_data_uuid: false,
         }
     }
 

@@ -116,6 +116,48 @@ fn create_backend_assigned_uuid_is_the_vm_uuid_and_seed_instance_id() {
 }
 
 #[test]
+fn create_stopped_defines_and_boots_nothing_then_start_boots() {
+    let t = fake();
+
+    let c = t.engine.create_stopped(&spec(&t, "web"), &mut quiet()).unwrap();
+
+    assert_eq!(c.record.phase, Phase::Created);
+    assert_eq!(t.fake.calls(), vec!["prepare web"]);
+    assert_eq!(t.engine.state(&c.record).unwrap(), VmState::Stopped);
+    // Asked again, an existing stopped VM stays stopped.
+    let again = t.engine.create_stopped(&spec(&t, "web"), &mut quiet()).unwrap();
+    assert!(again.existed);
+    assert_eq!(t.fake.calls(), vec!["prepare web"]);
+    t.engine.start("web", &mut quiet()).unwrap();
+    assert_eq!(t.fake.calls(), vec!["prepare web", "boot web"]);
+}
+
+#[test]
+fn create_user_data_uuid_substituted_only_when_asked() {
+    for asked in [false, true] {
+        let mut t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
+        t.engine.user_data_uuid = asked;
+        let mut s = spec(&t, "web");
+        s.cloud_init.user_data = Some(Payload::new(b"#cloud-config\n# id ${vm.uuid}\n".to_vec()));
+
+        let c = t.engine.create_stopped(&s, &mut quiet()).unwrap();
+
+        let seed = t.fake.stored_seed.lock().unwrap().clone().unwrap();
+        let files = nubo_seed::read(&seed).unwrap();
+        let ud = files.iter().find(|f| f.name == "user-data").unwrap();
+        let ud = String::from_utf8_lossy(&ud.data);
+        let want = if asked {
+            "# id 11111111-2222-3333-4444-555555555555"
+        } else {
+            "# id ${vm.uuid}"
+        };
+        assert!(ud.contains(want), "asked={asked}: {ud}");
+        // The recorded seed inputs are the unrendered spec's: SeedCurrent compares like with like.
+        assert_eq!(c.record.seed_inputs, Some(crate::observe::seed_inputs_digest(&s)));
+    }
+}
+
+#[test]
 fn create_backend_stored_disk_is_the_vms_disk_at_the_bases_size() {
     let t = engine_with(FakeBackend::new("qemu").assigning("11111111-2222-3333-4444-555555555555"));
 

@@ -9,8 +9,10 @@
 //! ```
 
 pub mod cli;
+pub mod controller;
 pub mod faults;
 pub mod fixture;
+pub mod kube;
 pub mod libvirt_tls;
 pub mod libvirtd;
 pub mod prereq;

@@ -89,6 +89,9 @@ fn probe(name: &str) -> Result<(), String> {
         "virtiofsd" => nubo_backend::qemu::mounts::find_virtiofsd(&nubo_backend::HostEnv::from_process()).map(|_| ()).ok_or_else(|| {
             "virtiofsd not found on PATH or in /usr/libexec: run scripts/install-deps.sh (Debian 12 has no package; it builds virtiofsd 1.14.0 from crates.io)".to_owned()
         }),
+        // A genuine kube-apiserver + etcd + kubectl (the shared run-apiserver.sh, built in its
+        // cache outside the clone), for the Kubernetes controller's test.
+        "kube-apiserver" => crate::kube::probe(),
         other => Err(format!("unknown prerequisite `{other}` (a bug in the test)")),
     }
 }

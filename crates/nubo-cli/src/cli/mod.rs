@@ -49,6 +49,16 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+    /// The Kubernetes controller: `run` reconciles nubo.dev resources, `crds` prints their
+    /// definitions (runs the `nubo-controller` binary installed beside nubo)
+    Controller(ControllerArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// `run [--state-dir DIR] [--listen ADDR] ...` or `crds`; see `nubo controller --help`
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -3,6 +3,7 @@
 mod apply;
 mod bootstrap;
 mod completions;
+mod controller;
 mod delete;
 mod doctor;
 pub(crate) mod image;
@@ -28,5 +29,6 @@ pub fn run(cli: Cli, settings: &Settings) -> anyhow::Result<()> {
         Command::Manifest(cmd) => manifest::run(cmd, settings),
         Command::Doctor(a) => doctor::run(&a, settings),
         Command::Completions(a) => completions::run(&a),
+        Command::Controller(a) => controller::run(&a),
     }
 }

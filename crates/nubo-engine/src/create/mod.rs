@@ -257,6 +257,16 @@ impl Engine {
     /// returned as is (started if it was stopped); a different spec is an error naming the
     /// differences.
     pub fn create(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Created, EngineError> {
+        self.create_with(spec, true, events)
+    }
+
+    /// [`Engine::create`] that leaves the VM defined and stopped (disk, seed and domain made,
+    /// nothing booted): a controller's `running: false`. An existing VM is left as it is.
+    pub fn create_stopped(&self, spec: &VmSpec, events: &mut dyn FnMut(Event)) -> Result<Created, EngineError> {
+        self.create_with(spec, false, events)
+    }
+
+    fn create_with(&self, spec: &VmSpec, start: bool, events: &mut dyn FnMut(Event)) -> Result<Created, EngineError> {
         let t0 = Instant::now();
         let (plan, _facts) = self.plan(spec, events)?;
         let inputs = self.inputs(spec, &plan)?;
@@ -273,7 +283,7 @@ impl Engine {
                     .resolve(plan.backend)?
                     .guest_network(&self.machine_spec(&plan, &uuid, None));
                 Some(seed::build(
-                    spec,
+                    &self.with_uuid(spec, &uuid),
                     &uuid,
                     &plan.hostname,
                     &nubo_key,
@@ -290,7 +300,7 @@ impl Engine {
         match record::load(&dir)? {
             Some(rec) if rec.phase == Phase::Created => {
                 drop(inputs);
-                return self.existing(rec, spec, &dir, t0, events);
+                return self.existing(rec, spec, &dir, t0, start, events);
             }
             Some(rec) => {
                 events(Event::Step(format!("vm `{name}`: cleaning up an interrupted create")));
@@ -327,7 +337,7 @@ impl Engine {
             hostname: plan.hostname.clone(),
             nubo_key,
         };
-        let rec = self.make(spec, &plan, &uuid, seed, inputs, &identity, &mut undo, events)?;
+        let rec = self.make(spec, &plan, &uuid, seed, inputs, &identity, &mut undo, start, events)?;
         undo.armed = false;
         Ok(Created {
             record: rec,
@@ -336,12 +346,40 @@ impl Engine {
         })
     }
 
+    /// `spec` with `${vm.uuid}` in its user-data replaced by `uuid` when
+    /// [`Engine::user_data_uuid`] asks for it (a controller's placeholder: the UUID is known only
+    /// once the backend defined the VM); the seed inputs recorded stay the unrendered spec's.
+    fn with_uuid<'s>(&self, spec: &'s VmSpec, uuid: &str) -> std::borrow::Cow<'s, VmSpec> {
+        const PLACEHOLDER: &[u8] = b"${vm.uuid}";
+        let Some(data) = spec.cloud_init.user_data.as_ref().and_then(|p| p.content()) else {
+            return std::borrow::Cow::Borrowed(spec);
+        };
+        if !self.user_data_uuid || !data.windows(PLACEHOLDER.len()).any(|w| w == PLACEHOLDER) {
+            return std::borrow::Cow::Borrowed(spec);
+        }
+        let mut out = Vec::with_capacity(data.len());
+        let mut i = 0;
+        while i < data.len() {
+            if data[i..].starts_with(PLACEHOLDER) {
+                out.extend_from_slice(uuid.as_bytes());
+                i += PLACEHOLDER.len();
+            } else {
+                out.push(data[i]);
+                i += 1;
+            }
+        }
+        let mut s = spec.clone();
+        s.cloud_init.user_data = Some(nubo_spec::Payload::new(out));
+        std::borrow::Cow::Owned(s)
+    }
+
     fn existing(
         &self,
         mut rec: VmRecord,
         spec: &VmSpec,
         dir: &Path,
         t0: Instant,
+        start: bool,
         events: &mut dyn FnMut(Event),
     ) -> Result<Created, EngineError> {
         let name = rec.name.clone();
@@ -353,7 +391,7 @@ impl Engine {
             });
         }
         let backend = self.backend_of(&rec)?;
-        if backend.state(&rec.vm_ref(dir))? == nubo_core::VmState::Stopped {
+        if start && backend.state(&rec.vm_ref(dir))? == nubo_core::VmState::Stopped {
             events(Event::Step(format!(
                 "vm `{name}` exists with this spec and is stopped: starting it"
             )));
@@ -381,6 +419,7 @@ impl Engine {
         inputs: Inputs,
         identity: &SeedIdentity,
         undo: &mut Undo<'_>,
+        start: bool,
         events: &mut dyn FnMut(Event),
     ) -> Result<VmRecord, EngineError> {
         let name = plan.name.as_str();
@@ -442,7 +481,7 @@ impl Engine {
             if seed.is_some() {
                 let net = undo.backend.guest_network(&rec.machine);
                 seed = Some(seed::build(
-                    spec,
+                    &self.with_uuid(spec, &defined.uuid),
                     &defined.uuid,
                     &identity.hostname,
                     &identity.nubo_key,
@@ -511,8 +550,10 @@ impl Engine {
         self.check_cancel(&format!("creating vm `{name}` (what it had made is removed)"))?;
         rec.backend_state = undo.backend.prepare(&rec.machine)?;
         undo.state = rec.backend_state.clone();
-        self.boot_locked(&mut rec, undo.backend, events)?;
-        undo.state = rec.backend_state.clone();
+        if start {
+            self.boot_locked(&mut rec, undo.backend, events)?;
+            undo.state = rec.backend_state.clone();
+        }
         // One syncfs makes the seed and the `creating` record durable together, after the VMM
         // has started rather than on its critical path; only then is the VM recorded as created.
         sync_fs(&dir).map_err(io(format!("syncing {}", dir.display())))?;

@@ -1,0 +1,197 @@
+//! The engines, one per Provider host, and the TLS credentials they connect with.
+//!
+//! The Provider's Secret is read by the controller alone; its three PEM files are written to a
+//! private directory (0700, files 0600) made for that Secret's resourceVersion and passed to
+//! libvirt as the URI's `pkipath`, the `--tls-dir` of the CLI. The engine gets a parsed URI, never
+//! a Kubernetes client or a Secret object.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use nubo_engine::fetch::PullFetcher;
+use nubo_engine::Engine;
+use nubo_spec::uri::Origin;
+use nubo_spec::ConnectUri;
+
+/// The client's TLS files, as libvirt names them.
+pub struct Credentials {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    /// The Secret's resourceVersion: a new one writes a new directory.
+    pub version: String,
+}
+
+/// The Secret's keys, by libvirt's names or a `kubernetes.io/tls` Secret's.
+pub const KEYS: [(&str, &str); 3] = [
+    ("cacert.pem", "ca.crt"),
+    ("clientcert.pem", "tls.crt"),
+    ("clientkey.pem", "tls.key"),
+];
+
+struct Entry {
+    engine: Arc<Engine>,
+    version: String,
+    uri: String,
+    /// Removed when the entry is replaced or the controller ends.
+    _tls: tempfile::TempDir,
+}
+
+/// Which host of which Provider.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostKey {
+    pub namespace: String,
+    pub provider: String,
+    pub host: String,
+}
+
+impl HostKey {
+    /// A directory name for this host: the three parts cannot hold `/` (they are DNS names).
+    fn dir(&self) -> String {
+        format!("{}.{}.{}", self.namespace, self.provider, self.host)
+    }
+}
+
+pub struct Hosts {
+    state: PathBuf,
+    entries: Mutex<HashMap<HostKey, Arc<Entry>>>,
+    cancel: nubo_core::Cancel,
+}
+
+impl Hosts {
+    pub fn new(state: &Path, cancel: nubo_core::Cancel) -> Result<Hosts, String> {
+        for d in [
+            state.to_path_buf(),
+            state.join("tls"),
+            state.join("hosts"),
+            state.join("run"),
+        ] {
+            nubo_core::fsmode::create_dir_all(&d, nubo_core::fsmode::PRIVATE_DIR)
+                .map_err(|e| format!("cannot create the state directory {}: {e}", d.display()))?;
+        }
+        Ok(Hosts {
+            state: state.to_path_buf(),
+            entries: Mutex::new(HashMap::new()),
+            cancel,
+        })
+    }
+
+    /// The engine for `key` reaching `uri` with `creds`, made on first use and again when the
+    /// credentials or the URI change.
+    pub fn engine(&self, key: &HostKey, uri: &str, creds: &Credentials) -> Result<Arc<Engine>, String> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = entries.get(key) {
+            if e.version == creds.version && e.uri == uri {
+                return Ok(e.engine.clone());
+            }
+        }
+        // The host's name becomes part of a directory name: a DNS label only (no `/`, no `..`).
+        check_host_name(&key.host)?;
+        let parsed = ConnectUri::parse(uri, Origin::Spec).map_err(|e| format!("host `{}`: {e}", key.host))?;
+        let tls = tempfile::Builder::new()
+            .prefix("pki-")
+            .tempdir_in(self.state.join("tls"))
+            .map_err(|e| format!("cannot make a private TLS directory: {e}"))?;
+        for ((name, _), bytes) in KEYS.iter().zip([&creds.ca, &creds.cert, &creds.key]) {
+            write_private(&tls.path().join(name), bytes)?;
+        }
+        let uri_tls = parsed
+            .with_pkipath(tls.path())
+            .map_err(|e| format!("host `{}`: {e}", key.host))?;
+        let root = self.state.join("hosts").join(key.dir());
+        // AF_UNIX paths are short: the run directory is named by a hash of the key.
+        let run = self.state.join("run").join(format!("{:08x}", fnv(&key.dir())));
+        let roots = nubo_core::Roots { root, run_dir: run };
+        let registry = nubo_backend::builtin_registry_for(Some(uri_tls), &nubo_backend::HostEnv::from_process());
+        let mut engine = Engine::new(roots.clone(), registry, None).with_fetcher(Box::new(PullFetcher {
+            images: roots.images(),
+            config: nubo_image::PullConfig::default(),
+        }));
+        engine.user_data_uuid = true;
+        engine.cancel = self.cancel.clone();
+        let entry = Arc::new(Entry {
+            engine: Arc::new(engine),
+            version: creds.version.clone(),
+            uri: uri.to_owned(),
+            _tls: tls,
+        });
+        entries.insert(key.clone(), entry.clone());
+        Ok(entry.engine.clone())
+    }
+
+    /// Whether libvirtd on `uri` answers with these credentials (a connection and its version).
+    pub fn probe(engine: &Engine) -> Result<(), String> {
+        let b = engine.registry.resolve("libvirt").map_err(|e| e.to_string())?;
+        match b.probe() {
+            nubo_backend::Probe::Available { .. } => Ok(()),
+            nubo_backend::Probe::Missing { what, package } => Err(format!("{what} is missing: install {package}")),
+            nubo_backend::Probe::Broken { error } => Err(error),
+        }
+    }
+}
+
+/// A Provider host's name must be a DNS label: it names the host's state directory.
+pub fn check_host_name(name: &str) -> Result<(), String> {
+    nubo_core::VmName::parse(name).map(|_| ()).map_err(|e| {
+        format!(
+            "host name `{}` is not a DNS label ({e}): rename it in the Provider",
+            name.escape_default()
+        )
+    })
+}
+
+fn write_private(p: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(p)
+        .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+    f.write_all(bytes)
+        .map_err(|e| format!("cannot write {}: {e}", p.display()))
+}
+
+/// FNV-1a, 32 bits: a stable short name.
+pub fn fnv(s: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in s.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_host_name_traversal_refused() {
+        for bad in ["../../etc", "a/b", "..", "", "a b", "x\0"] {
+            assert!(check_host_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_host_name("hv1").is_ok());
+    }
+
+    #[test]
+    fn engine_hostile_host_name_makes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = Hosts::new(dir.path(), nubo_core::Cancel::new()).unwrap();
+        let key = HostKey {
+            namespace: "ns".into(),
+            provider: "p".into(),
+            host: "../../escape".into(),
+        };
+        let creds = Credentials {
+            ca: b"x".to_vec(),
+            cert: b"x".to_vec(),
+            key: b"x".to_vec(),
+            version: "1".into(),
+        };
+        assert!(hosts.engine(&key, "qemu+tls://10.0.0.1/system", &creds).is_err());
+        assert!(std::fs::read_dir(dir.path().join("tls")).unwrap().next().is_none());
+        assert!(!dir.path().join("escape").exists());
+    }
+}

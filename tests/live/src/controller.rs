@@ -1,0 +1,141 @@
+//! The Kubernetes controller's test parts shared by its live test and its bench: the
+//! `nubo-controller` binary under test, replicas started against an [`ApiServer`], their
+//! /readyz and /metrics, and an HTTP server on 127.0.0.1 serving the image.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::kube::ApiServer;
+use crate::{Guard, TestResult};
+
+pub fn controller_bin() -> Result<PathBuf, String> {
+    let nubo = crate::nubo_bin()?;
+    let p = nubo.with_file_name("nubo-controller");
+    if p.is_file() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "the nubo-controller binary is not built at {}: run `cargo build -p nubo-controller`",
+            p.display()
+        ))
+    }
+}
+
+/// A controller replica, its output in `log`.
+pub struct Replica {
+    pub guard: Guard,
+    pub log: PathBuf,
+    pub port: u16,
+}
+
+pub fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
+}
+
+pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Result<Replica, String> {
+    let port = free_port()?;
+    let log = api.dir().join(format!("controller-{id}.log"));
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| format!("log: {e}"))?;
+    let f2 = f.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(controller_bin()?);
+    cmd.args(["run", "--state-dir"])
+        .arg(state)
+        .args([
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--lease-namespace",
+            ns,
+            "--identity",
+            id,
+        ])
+        .env("KUBECONFIG", &api.kubeconfig)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(f))
+        .stderr(Stdio::from(f2));
+    let guard = Guard::spawn(&mut cmd, &format!("nubo-controller {id}"))?;
+    Ok(Replica { guard, log, port })
+}
+
+/// `GET path` on 127.0.0.1:port: (status code, body).
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect :{port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+    let code = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or(format!("no status line: {out}"))?;
+    Ok((
+        code,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    ))
+}
+
+pub fn wait_ready(r: &mut Replica, timeout: Duration) -> TestResult {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok((200, _)) = http_get(r.port, "/readyz") {
+            return Ok(());
+        }
+        if let Some(s) = r.guard.exited() {
+            return Err(format!("the controller exited with {s}: {}", tail(&r.log)));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the controller was not ready within {timeout:?}: {}",
+                tail(&r.log)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+pub fn tail(p: &Path) -> String {
+    let t = std::fs::read_to_string(p).unwrap_or_default();
+    let lines: Vec<&str> = t.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
+}
+
+/// An HTTP/1.1 server on 127.0.0.1 serving `file` to every GET (HEAD without the body).
+pub fn serve(file: PathBuf) -> Result<String, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let file = file.clone();
+            std::thread::spawn(move || {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16384 {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let Ok(mut f) = std::fs::File::open(&file) else { return };
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+                let _ = s.write_all(head.as_bytes());
+                if !req.starts_with(b"HEAD") {
+                    let _ = std::io::copy(&mut f, &mut s);
+                }
+            });
+        }
+    });
+    Ok(format!("http://{addr}/debian-12.qcow2"))
+}
