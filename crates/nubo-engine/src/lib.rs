@@ -153,6 +153,7 @@ impl Engine {
             fetcher: self.fetcher.clone(),
             lock_wait: self.lock_wait,
             cancel,
+            user_data_uuid: self.user_data_uuid,
         }
     }
 
