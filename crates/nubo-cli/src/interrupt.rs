@@ -2,8 +2,10 @@
 //! engine's token (its waits — a VM's lock, a create's steps, readiness — end at once with a
 //! "cancelled while ..." error, and a create's own cleanup removes what it had made); a second
 //! one ends the process as the signal always did. The exit status is then 128 + the signal.
-//! Inside [`uncancellable`] (a download, `vm logs -f`, `vm console`: work no token stops) the
-//! first signal ends the process at once, as it did before the handler existed.
+//! Downloads and uploads (pulls, pushes, a create's fetch) take the token too: they end at their
+//! next read, a download keeping its partial file for the next pull to resume. Inside
+//! [`uncancellable`] (`vm logs -f`, `vm console`: work no token stops) the first signal ends the
+//! process at once, as it did before the handler existed.
 
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Once, OnceLock};

@@ -170,7 +170,7 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
                 Ok(engine) => {
                     let f = fetch.clone();
                     let r = tokio::task::spawn_blocking(move || match &engine.fetcher {
-                        Some(fetcher) => fetcher.fetch(&f, &mut |_| {}),
+                        Some(fetcher) => fetcher.fetch(&f, &engine.cancel, &mut |_| {}),
                         None => Err(EngineError::Unavailable {
                             what: "fetching images".into(),
                             fix: "give the engine a fetcher".into(),

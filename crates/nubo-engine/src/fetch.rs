@@ -16,8 +16,13 @@ pub struct PullFetcher {
 }
 
 impl ImageFetcher for PullFetcher {
-    fn fetch(&self, what: &Fetch, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError> {
-        let (label, req) = match what {
+    fn fetch(
+        &self,
+        what: &Fetch,
+        cancel: &nubo_core::Cancel,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<ImageRecord, EngineError> {
+        let (label, mut req) = match what {
             Fetch::Catalog(r) => (format!("`{r}`"), self.config.request(PullSource::Catalog(r.clone()))),
             Fetch::Url {
                 url,
@@ -35,8 +40,9 @@ impl ImageFetcher for PullFetcher {
                 req.allow_http = *allow_http;
                 (url.clone(), req)
             }
-            Fetch::Oci(r) => return self.fetch_oci(r, events),
+            Fetch::Oci(r) => return self.fetch_oci(r, cancel, events),
         };
+        req.cancel = Some(cancel.clone());
         let store = ImageStore::open(&self.images)?;
         let mut on_event = |e: PullEvent| match e {
             PullEvent::Resolved { url, .. } => events(Event::Step(format!("pulling {url}"))),
@@ -57,7 +63,12 @@ impl ImageFetcher for PullFetcher {
 impl PullFetcher {
     /// A registry image: the one already pulled from `r`, else pulled with the credentials
     /// [`PullConfig::credentials`] gives for its registry.
-    fn fetch_oci(&self, r: &nubo_image::OciRef, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError> {
+    fn fetch_oci(
+        &self,
+        r: &nubo_image::OciRef,
+        cancel: &nubo_core::Cancel,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<ImageRecord, EngineError> {
         let label = format!("`{r}`");
         let failed = |e: nubo_image::oci::OciError| EngineError::Pull {
             what: label.clone(),
@@ -67,7 +78,8 @@ impl PullFetcher {
         if let Some(rec) = nubo_image::oci::stored(&store, r).map_err(failed)? {
             return Ok(rec);
         }
-        let req = self.config.oci_request(r).map_err(failed)?;
+        let mut req = self.config.oci_request(r).map_err(failed)?;
+        req.client.cancel = Some(cancel.clone());
         events(Event::Step(format!("pulling {r}")));
         let mut on_event = |e: PullEvent| match e {
             PullEvent::Waiting { .. } => events(Event::Note(format!("waiting for another pull of {label}"))),

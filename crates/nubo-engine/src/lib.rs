@@ -79,7 +79,14 @@ pub enum Fetch {
 /// and progress display are its settings), so `vm create`, `apply` and a controller pull the
 /// same way through the engine.
 pub trait ImageFetcher: Send + Sync {
-    fn fetch(&self, what: &Fetch, events: &mut dyn FnMut(Event)) -> Result<ImageRecord, EngineError>;
+    /// A download ends between reads once `cancel` (the calling handle's token) is tripped,
+    /// keeping its partial file for the next pull to resume.
+    fn fetch(
+        &self,
+        what: &Fetch,
+        cancel: &nubo_core::Cancel,
+        events: &mut dyn FnMut(Event),
+    ) -> Result<ImageRecord, EngineError>;
 }
 
 /// Cheap to share: [`Engine::with_cancel`] makes a handle over the same registry and fetcher

@@ -14,7 +14,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::Path;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use nubo_core::Cancel;
 
 use crate::checksum::Algorithm;
 use crate::digest::{hash_reader, Digests, StreamHasher};
@@ -42,6 +44,9 @@ pub struct Fetch<'a> {
     pub expected_size: Option<u64>,
     /// The deadline for the response and the slowest the body may arrive.
     pub limits: http::Limits,
+    /// Ends the transfer between reads (and any pause before a reconnect) once tripped: the
+    /// partial file is kept for the next pull to resume.
+    pub cancel: Option<&'a Cancel>,
 }
 
 /// What a transfer reports as it goes: a download here, an upload in an OCI push. A pull
@@ -76,6 +81,8 @@ enum Stop {
     Transient(io::Error),
     /// The partial cannot be continued (server ignored or refused the range): start over.
     Restart(String),
+    /// The caller's token was tripped: keep what we have.
+    Cancelled,
     Fatal(PullError),
 }
 
@@ -101,7 +108,16 @@ pub fn fetch(f: &Fetch<'_>, part: &Path, progress: &mut dyn FnMut(DownloadEvent)
                     offset,
                     error: e.to_string(),
                 });
-                thread::sleep(BACKOFF * 2u32.saturating_pow(attempt - 1));
+                pause(BACKOFF * 2u32.saturating_pow(attempt - 1), f.cancel);
+            }
+            Err(Stop::Cancelled) => {
+                if offset == 0 {
+                    let _ = fs::remove_file(part);
+                }
+                return Err(PullError::Cancelled {
+                    url: f.url.to_owned(),
+                    kept: offset,
+                });
             }
             Err(Stop::Transient(source)) => {
                 if offset == 0 {
@@ -126,6 +142,17 @@ pub fn fetch(f: &Fetch<'_>, part: &Path, progress: &mut dyn FnMut(DownloadEvent)
                 return Err(e);
             }
         }
+    }
+}
+
+/// Sleeps `d`, or less when `cancel` is tripped meanwhile (the next attempt then sees it).
+fn pause(d: Duration, cancel: Option<&Cancel>) {
+    let end = Instant::now() + d;
+    while let Some(left) = end.checked_duration_since(Instant::now()).filter(|l| !l.is_zero()) {
+        if cancel.is_some_and(Cancel::is_cancelled) {
+            return;
+        }
+        thread::sleep(left.min(Duration::from_millis(50)));
     }
 }
 
@@ -206,6 +233,9 @@ fn attempt_once(
     offset: &mut u64,
     progress: &mut dyn FnMut(DownloadEvent),
 ) -> Result<(), Stop> {
+    if f.cancel.is_some_and(Cancel::is_cancelled) {
+        return Err(Stop::Cancelled);
+    }
     let range = (*offset > 0).then_some(*offset);
     let opts = http::SendOptions {
         allow_http: f.allow_http,
@@ -259,7 +289,7 @@ fn attempt_once(
         .append(true)
         .open(part)
         .map_err(write_err)?;
-    let mut body = http::RateGuard::new(resp.into_body().into_reader(), f.limits);
+    let mut body = http::RateGuard::new(resp.into_body().into_reader(), f.limits).cancellable(f.cancel);
     let received = pipeline::run(&mut body, out, hasher, *offset, f.expected_size, &mut |done| {
         progress(DownloadEvent::Progress { done, total })
     });
@@ -267,6 +297,7 @@ fn attempt_once(
     match received.stop {
         None => {}
         Some(Ended::Write(e)) => return Err(write_err(e)),
+        Some(Ended::Read(e)) if http::is_cancelled(&e) => return Err(Stop::Cancelled),
         Some(Ended::Read(e)) if http::too_slow(&e).is_some() => {
             return Err(Stop::Fatal(PullError::TooSlow {
                 url: f.url.to_owned(),

@@ -72,6 +72,12 @@ pub enum PullError {
         #[source]
         source: io::Error,
     },
+    #[error("{url}: the pull was cancelled; {}", kept_note(*kept))]
+    Cancelled {
+        url: String,
+        /// Bytes kept in the partial file for the next pull to resume.
+        kept: u64,
+    },
     #[error("could not connect to {addr} (fetching {url}): nothing was downloaded; check the URL and that the server is up, or use a reachable mirror (--mirror, NUBO_MIRROR_<DISTRO>)")]
     Connect {
         addr: String,
@@ -209,6 +215,7 @@ impl PullError {
             | PullError::Untrusted { .. }
             | PullError::Status { .. }
             | PullError::Interrupted { .. }
+            | PullError::Cancelled { .. }
             | PullError::Connect { .. }
             | PullError::Dns { .. }
             | PullError::TooManyRedirects { .. } => ErrorKind::Remote,

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nubo_core::Cancel;
 use ureq::tls::{Certificate, PemItem, RootCerts, TlsConfig};
 
 use crate::error::PullError;
@@ -115,6 +116,7 @@ pub struct RateGuard<R> {
     limits: Limits,
     window_start: Instant,
     window_bytes: u64,
+    cancel: Option<Cancel>,
 }
 
 impl<R> RateGuard<R> {
@@ -124,12 +126,34 @@ impl<R> RateGuard<R> {
             limits,
             window_start: Instant::now(),
             window_bytes: 0,
+            cancel: None,
         }
     }
+
+    /// Ends the transfer at the next read once `cancel` is tripped, with an error
+    /// [`is_cancelled`] tells apart (a read already waiting ends when bytes come or the
+    /// `speed_time` window passes).
+    pub fn cancellable(mut self, cancel: Option<&Cancel>) -> Self {
+        self.cancel = cancel.cloned();
+        self
+    }
+}
+
+/// The error a [`RateGuard`] read returns once its token was cancelled.
+#[derive(Debug, thiserror::Error)]
+#[error("cancelled")]
+pub struct Cancelled;
+
+/// Whether `e` is a [`RateGuard`]'s cancellation (not a transfer failure to retry).
+pub fn is_cancelled(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Cancelled>())
 }
 
 impl<R: Read> Read for RateGuard<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.cancel.as_ref().is_some_and(Cancel::is_cancelled) {
+            return Err(io::Error::other(Cancelled));
+        }
         let n = self.inner.read(buf)?;
         self.window_bytes += n as u64;
         let elapsed = self.window_start.elapsed();

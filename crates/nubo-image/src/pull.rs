@@ -64,6 +64,9 @@ pub struct PullRequest {
     pub force: bool,
     /// `--timeout`, `--speed-limit`, `--speed-time`.
     pub limits: http::Limits,
+    /// Ends the download between reads once tripped ([`PullError::Cancelled`]; the partial
+    /// is kept and the same pull resumes it).
+    pub cancel: Option<nubo_core::Cancel>,
 }
 
 impl PullRequest {
@@ -79,6 +82,7 @@ impl PullRequest {
             retries: 5,
             force: false,
             limits: http::Limits::default(),
+            cancel: None,
         }
     }
 }
@@ -127,6 +131,7 @@ impl PullConfig {
                 credentials: self.credentials.lookup(registry)?,
                 retries: 5,
                 limits: Default::default(),
+                cancel: None,
             },
         })
     }
@@ -242,6 +247,7 @@ pub fn pull(store: &ImageStore, req: &PullRequest, progress: &mut dyn FnMut(Pull
         auth: None,
         expected_size: plan.expected_size,
         limits: req.limits,
+        cancel: req.cancel.as_ref(),
     };
     let (digests, size) = fetch(&f, &part, &mut |e| progress(e.into()))?;
     let fail = |e: PullError| {

@@ -189,6 +189,7 @@ fn settings(e: &Env, limits: Limits, credentials: Option<Credentials>) -> Client
         credentials,
         retries: 0,
         limits,
+        cancel: None,
     }
 }
 

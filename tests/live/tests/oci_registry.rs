@@ -581,6 +581,7 @@ fn client(reg: &Registry) -> Result<nubo_image::oci::Client, String> {
         }),
         retries: 0,
         limits: Default::default(),
+        cancel: None,
     };
     nubo_image::oci::Client::new(&reg.host, &settings).map_err(|e| e.to_string())
 }

@@ -109,9 +109,12 @@ pub(crate) fn report_change(added: &Added) {
     }
 }
 
-/// A pull with the settings' mirror for the distro and its TLS trust.
+/// A pull with the settings' mirror for the distro and its TLS trust; Ctrl-C ends it between
+/// reads, keeping the partial file ([`crate::interrupt`]).
 fn pull_request(source: PullSource, settings: &Settings) -> PullRequest {
-    settings.pull_config().request(source)
+    let mut req = settings.pull_config().request(source);
+    req.cancel = Some(crate::interrupt::install());
+    req
 }
 
 fn run_pull(req: &PullRequest, settings: &Settings) -> anyhow::Result<Added> {

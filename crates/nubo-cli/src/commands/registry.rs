@@ -41,6 +41,8 @@ pub fn client_settings(
         credentials: credentials(registry, settings)?,
         retries: 5,
         limits,
+        // Ctrl-C ends a blob's transfer between reads ([`crate::interrupt`]).
+        cancel: Some(crate::interrupt::install()),
     })
 }
 

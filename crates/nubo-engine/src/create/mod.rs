@@ -181,7 +181,7 @@ impl Engine {
             what: "pulling images".into(),
             fix: "pull the image first with `nubo image pull`".into(),
         })?;
-        f.fetch(what, events)
+        f.fetch(what, &self.cancel, events)
     }
 
     /// Files the spec names, checked (and the own seed read, bounded) before any write.

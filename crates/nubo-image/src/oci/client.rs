@@ -55,6 +55,8 @@ pub struct ClientSettings {
     pub retries: u32,
     /// `--timeout`, `--speed-limit`, `--speed-time`.
     pub limits: http::Limits,
+    /// Ends blob transfers between reads once tripped (a download keeps its partial).
+    pub cancel: Option<nubo_core::Cancel>,
 }
 
 pub struct Client {
@@ -69,6 +71,7 @@ pub struct Client {
     auth: Mutex<Option<String>>,
     retries: u32,
     limits: http::Limits,
+    cancel: Option<nubo_core::Cancel>,
 }
 
 /// A request body that can be sent again after a 401 (bytes), or not (a stream, sent only
@@ -93,6 +96,7 @@ impl Client {
             auth: Mutex::new(None),
             retries: s.retries,
             limits: s.limits,
+            cancel: s.cancel.clone(),
         })
     }
 
@@ -174,7 +178,7 @@ impl Client {
             ),
             Payload::Stream(reader, len) => {
                 // A chunk of an upload: watched for its rate, not held to the deadline.
-                let mut guarded = http::RateGuard::new(&mut **reader, self.limits);
+                let mut guarded = http::RateGuard::new(&mut **reader, self.limits).cancellable(self.cancel.as_ref());
                 let req = b
                     .header("Content-Length", len.to_string())
                     .body(SendBody::from_reader(&mut guarded))
@@ -392,6 +396,7 @@ impl Client {
             auth: auth.as_deref(),
             expected_size: Some(size),
             limits: self.limits,
+            cancel: self.cancel.as_ref(),
         };
         fetch(&f, part, progress)
     }

@@ -81,12 +81,14 @@ impl nubo_engine::ImageFetcher for Fetcher {
     fn fetch(
         &self,
         what: &nubo_engine::Fetch,
+        // The process's token (the engine's is the same one): the pulls below take it.
+        _cancel: &nubo_core::Cancel,
         _events: &mut dyn FnMut(Event),
     ) -> Result<nubo_image::ImageRecord, nubo_engine::EngineError> {
         let t0 = std::time::Instant::now();
-        // A download takes no token: Ctrl-C ends it at once (the partial file is kept for the
-        // next pull to resume), as before.
-        let (label, result) = crate::interrupt::uncancellable(|| match what {
+        // Ctrl-C ends a download at its next read, keeping the partial file for the next pull
+        // to resume; the engine's create then removes what it had made.
+        let (label, result) = match what {
             nubo_engine::Fetch::Catalog(r) => (
                 format!("`{r}`"),
                 super::image::pull_catalog(r, &self.settings).map_err(|e| bootstrap_hint(r, e)),
@@ -107,7 +109,7 @@ impl nubo_engine::ImageFetcher for Fetcher {
                     &self.settings,
                 ),
             ),
-        });
+        };
         let rec = result.map_err(|e| nubo_engine::EngineError::Pull {
             what: label.clone(),
             source: e.into(),
@@ -124,7 +126,11 @@ impl nubo_engine::ImageFetcher for Fetcher {
 /// A catalog image nubo can also build from the distribution's packages (the default image,
 /// `debian:12`): a failed download names that way, which needs no image server.
 fn bootstrap_hint(r: &nubo_image::ImageRef, e: anyhow::Error) -> anyhow::Error {
-    if nubo_bootstrap::Release::find(&r.name, &r.tag).is_ok() {
+    let cancelled = matches!(
+        e.downcast_ref::<nubo_image::PullError>(),
+        Some(nubo_image::PullError::Cancelled { .. })
+    );
+    if !cancelled && nubo_bootstrap::Release::find(&r.name, &r.tag).is_ok() {
         e.context(format!(
             "it could not be downloaded: build it from the distribution's packages with `nubo image bootstrap {r}`, then create the VM again"
         ))
