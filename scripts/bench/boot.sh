@@ -4,7 +4,9 @@
 # machines varies 2x between identical runs, so only the ratios are comparable across runs):
 #   nubo         `nubo vm create --wait` of this tree's debian:12; nubo's own phase lines (kernel
 #                line, SSH reachable, cloud-init finished), then from inside the guest
-#                `systemd-analyze`, `systemd-analyze blame` and `cloud-init analyze show`
+#                `systemd-analyze`, `systemd-analyze blame`, `cloud-init analyze show` and the
+#                time python3 takes to start and import cloud-init, which each of cloud-init's
+#                four stage processes pays before its stage begins
 #   plain QEMU   the same image booted by hand (qemu-system-x86_64, direct kernel, cloud-localds
 #                seed), timed to cloud-init's closing console line: what nubo itself adds
 #   peer image   optional: BOOT_BENCH_PEER_ROOT names a NUBO_ROOT holding another debian:12 (e.g.
@@ -143,7 +145,11 @@ guest_report() {
     'for i in $(seq 120); do systemd-analyze >/dev/null 2>&1 && break; sleep 2; done;
      systemd-analyze; echo "-- systemd-analyze blame (top 15)"; systemd-analyze blame | head -15;
      echo "-- systemd-analyze critical-chain"; systemd-analyze critical-chain --no-pager | tail -n +2 | head -25;
-     echo "-- cloud-init analyze show"; sudo cloud-init analyze show' 2>&1 | sed 's/^/    /' || echo "    (could not reach the guest over SSH)"
+     echo "-- cloud-init analyze show"; sudo cloud-init analyze show;
+     echo "-- what each of the four cloud-init processes pays before its stage starts (warm cache)";
+     ms() { s=$(date +%s%N); "$@"; e=$(date +%s%N); echo "$(( (e - s) / 1000000 )) ms"; };
+     echo "python3 -c pass: $(ms python3 -c pass)";
+     echo "python3 -c \"import cloudinit.cmd.main\": $(ms python3 -c "import cloudinit.cmd.main")"' 2>&1 | sed 's/^/    /' || echo "    (could not reach the guest over SSH)"
 }
 
 # The same image booted by hand, as a script would: cloud-localds seed, overlay, QEMU.
