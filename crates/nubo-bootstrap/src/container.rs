@@ -402,6 +402,7 @@ pub fn assemble(
             kernel: &k.kernel,
             initrd: &k.initrd,
             format: spec.format,
+            digest: spec.iso.is_none(),
         },
     )?;
     let (path, digest) = match (spec.iso, live_cpio) {
@@ -425,7 +426,12 @@ pub fn assemble(
             let digest = crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?;
             (out, digest)
         }
-        _ => (disk.path, disk.digest),
+        _ => {
+            let digest = disk
+                .digest
+                .ok_or_else(|| BootstrapError::Malformed("the disk's digest was not computed".into()))?;
+            (disk.path, digest)
+        }
     };
     let size = fs::metadata(&path).map_err(io_err("cannot stat", &path))?.len();
     Ok(Assembled {

@@ -454,7 +454,8 @@ pub fn set_efi_boot_serial(iso: &File, serial: [u8; 4]) -> Result<usize, String>
         let mut bs = [0u8; 512];
         iso.read_exact_at(&mut bs, at)
             .map_err(|e| format!("cannot read the EFI boot image at sector {rba}: {e}"))?;
-        let off = fat_serial_offset(&bs).ok_or_else(|| format!("the EFI boot image at sector {rba} is not a FAT filesystem"))?;
+        let off = fat_serial_offset(&bs)
+            .ok_or_else(|| format!("the EFI boot image at sector {rba} is not a FAT filesystem"))?;
         iso.write_all_at(&serial, at + off as u64)
             .map_err(|e| format!("cannot write the EFI boot image's volume id: {e}"))?;
         set += 1;
@@ -510,7 +511,11 @@ pub fn fat_serial_offset(bs: &[u8; 512]) -> Option<usize> {
     if bs[510..512] != [0x55, 0xAA] {
         return None;
     }
-    let sig = if u16::from_le_bytes([bs[22], bs[23]]) == 0 { 66 } else { 38 };
+    let sig = if u16::from_le_bytes([bs[22], bs[23]]) == 0 {
+        66
+    } else {
+        38
+    };
     matches!(bs[sig], 0x28 | 0x29).then_some(sig + 1)
 }
 
@@ -667,7 +672,10 @@ mod tests {
         );
 
         let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
-        assert!(args.contains(&"--modification-date=2023111422132000".to_owned()), "{args:?}");
+        assert!(
+            args.contains(&"--modification-date=2023111422132000".to_owned()),
+            "{args:?}"
+        );
         let at = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
         assert_eq!(at("--set_all_file_dates").as_deref(), Some("2023111422132000"));
         assert_eq!(

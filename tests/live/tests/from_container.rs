@@ -28,7 +28,9 @@
 //!   nothing else (UEFI El Torito, GRUB's EFI image, the image's kernel and initramfs plus
 //!   nubo's live addition, root from the ISO under an overlay) reaches cloud-init finished, runs
 //!   the baked seed's runcmd with the baked hostname and `/sys/firmware/efi` present, and shows
-//!   a login prompt.
+//!   a login prompt;
+//! - `image push` of the ISO to the test registry and `image pull` of the printed digest into a
+//!   fresh root give the same sha256, format `iso`.
 
 use std::fs;
 use std::path::Path;
@@ -548,9 +550,49 @@ fn reproducible_disk_boots() -> TestResult {
         name,
         &format!("python3 -c 'import os; print(os.getxattr(\"{CAP_FILE}\", \"security.capability\").hex())'"),
     )?;
-    cap_net_raw_effective(&cap).map_err(|why| format!("{CAP_FILE} in the guest: {why} (security.capability {cap:?})"))?;
+    cap_net_raw_effective(&cap)
+        .map_err(|why| format!("{CAP_FILE} in the guest: {why} (security.capability {cap:?})"))?;
     iso_boot_finish(iso)?;
+    iso_push_pull(&reg, &other, &iso_sha)?;
     vmfile_from_oci(&reg, &root, work.path(), &by_digest, pushed)
+}
+
+/// `image push` of the ISO to the test registry and `image pull` of the digest it printed into
+/// a fresh root: the same sha256, still an `iso`.
+fn iso_push_pull(reg: &Registry, root: &TestRoot, iso_sha: &str) -> TestResult {
+    let ca = reg.ca.display().to_string();
+    let target = format!("{}/ctr/iso:1", reg.host);
+    let t = Instant::now();
+    let out = nubo(root, &["image", "push", "ctr-iso:1", &target, "--ca-cert", &ca], MAKE)?.require()?;
+    let pinned = out.stdout.trim().to_owned();
+    if !pinned.starts_with(&format!("{}/ctr/iso@sha256:", reg.host)) {
+        return Err(format!("push printed `{pinned}`, not {}/ctr/iso@sha256:...", reg.host));
+    }
+    let dst = TestRoot::new()?;
+    login(&dst, reg)?;
+    let out = nubo(
+        &dst,
+        &["image", "pull", &pinned, "--ca-cert", &ca, "--name", "iso:1"],
+        MAKE,
+    )?
+    .require()?;
+    if !out.stdout.starts_with(&format!("iso:1 {iso_sha}")) {
+        return Err(format!(
+            "pull of the pushed ISO printed `{}`, not `iso:1 {iso_sha}`",
+            out.stdout
+        ));
+    }
+    let rec = json(
+        &nubo(&dst, &["image", "inspect", "iso:1"], QUICK)?.require()?.stdout,
+        "image inspect iso:1",
+    )?;
+    if field(&rec, "/format")? != "iso" || field(&rec, "/digest")? != iso_sha {
+        return Err(format!(
+            "the pulled ISO's record is not an iso with the pushed digest: {rec}"
+        ));
+    }
+    println!("timing push and pull of the ISO: {:.1}s", t.elapsed().as_secs_f64());
+    Ok(())
 }
 
 /// `image build` of a VMfile `FROM oci://REGISTRY/REPO@sha256:...`: the container image made a
@@ -626,7 +668,13 @@ fn iso_seed(dir: &Path) -> Result<Seed, String> {
 }
 
 /// `--format iso --iso-cloud-config` in `root`; returns the printed sha256 and the stored path.
-fn make_iso(reg: &Registry, root: &TestRoot, source: &str, seed: &Seed, label: &str) -> Result<(String, String), String> {
+fn make_iso(
+    reg: &Registry,
+    root: &TestRoot,
+    source: &str,
+    seed: &Seed,
+    label: &str,
+) -> Result<(String, String), String> {
     let (sha256, _) = make_in(
         root,
         reg,
@@ -695,7 +743,10 @@ fn iso_reaches_kernel(iso: &str, dir: &Path) -> TestResult {
     ];
     let cd = ["-cdrom".to_owned(), iso.to_owned()];
     let mut boots = Vec::new();
-    for (what, media) in [("the ISO as a USB disk, BIOS", &usb[..]), ("the ISO from -cdrom, BIOS", &cd[..])] {
+    for (what, media) in [
+        ("the ISO as a USB disk, BIOS", &usb[..]),
+        ("the ISO from -cdrom, BIOS", &cd[..]),
+    ] {
         let log = dir.join(format!("iso-{}.log", boots.len()));
         let vm = Guard::spawn(&mut iso_qemu(media, &log, None), what)?;
         boots.push((what, vm, log));
@@ -704,7 +755,10 @@ fn iso_reaches_kernel(iso: &str, dir: &Path) -> TestResult {
         let left = BOOT.saturating_sub(t.elapsed());
         vm.wait_for_line(&log, left, |l| l.contains(KERNEL_LINE))
             .map_err(|e| format!("{what}: {e}\n{}", console_tail(&log)))?;
-        println!("timing {what} to the kernel's first line: {:.1}s", t.elapsed().as_secs_f64());
+        println!(
+            "timing {what} to the kernel's first line: {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
         vm.kill();
     }
     Ok(())
