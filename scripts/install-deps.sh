@@ -32,6 +32,8 @@ apt_get install -y -qq --no-install-recommends \
 # OCI registry tests and benchmark: a real registry (started by the tests themselves on 127.0.0.1,
 # never its systemd unit), htpasswd for its basic auth, and skopeo as the peer client.
 apt_get install -y -qq --no-install-recommends docker-registry apache2-utils skopeo
+# from_container's container image holds a file capability (setcap, as iputils-ping's postinst).
+apt_get install -y -qq --no-install-recommends libcap2-bin
 # libvirt backend and its live tests: libvirtd, its QEMU/network/storage drivers, virsh (tests
 # observe libvirt with it; nubo itself loads libvirt.so.0 at run time and never runs virsh) and
 # dnsmasq for an isolated network's DHCP; from backports to match its QEMU 10. Never

@@ -122,9 +122,13 @@ pub fn build(host: &Host, spec: &BuildSpec<'_>, progress: &mut dyn Progress) -> 
             kernel: Path::new("vmlinuz"),
             initrd: Path::new("initrd.img"),
             format: DiskFormat::Qcow2,
+            digest: true,
         },
     )?;
-    let (qcow2, kernel, initrd, digest) = (disk.path, disk.kernel, disk.initrd, disk.digest);
+    let digest = disk
+        .digest
+        .ok_or_else(|| BootstrapError::Malformed("the disk's digest was not computed".into()))?;
+    let (qcow2, kernel, initrd) = (disk.path, disk.kernel, disk.initrd);
     let size = fs::metadata(&qcow2).map_err(io_err("cannot stat", &qcow2))?.len();
     Ok(Built {
         _work: work,
@@ -162,14 +166,17 @@ pub(crate) struct DiskSpec<'a, 'h> {
     pub kernel: &'a Path,
     pub initrd: &'a Path,
     pub format: DiskFormat,
+    /// Whether the delivered file's digest is computed: not for an intermediate disk (the
+    /// ISO's), whose sha256 over gigabytes of sparse zeros would only be thrown away.
+    pub digest: bool,
 }
 
 pub(crate) struct Disk {
     pub path: PathBuf,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
-    /// `sha256:<hex>` of the delivered file.
-    pub digest: String,
+    /// `sha256:<hex>` of the delivered file, when [`DiskSpec::digest`] asked for it.
+    pub digest: Option<String>,
 }
 
 /// The tree into a partitioned raw disk (GPT, ext4 root with clamped times, GRUB for BIOS and
@@ -282,11 +289,13 @@ pub(crate) fn disk_stages(host: &Host, runner: &mut Runner<'_>, d: &DiskSpec<'_,
         }
         DiskFormat::Raw => raw,
     };
-    let mut digest = String::new();
-    stage(runner, Stage::Digest, |_| {
-        digest = crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?;
-        Ok(())
-    })?;
+    let mut digest = None;
+    if d.digest {
+        stage(runner, Stage::Digest, |_| {
+            digest = Some(crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?);
+            Ok(())
+        })?;
+    }
     Ok(Disk {
         path: out,
         kernel,

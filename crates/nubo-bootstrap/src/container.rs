@@ -87,7 +87,11 @@ pub struct KernelFiles {
 /// The ids of a disk made from the container image `source_digest`: its own key space
 /// (`oci-container` + the digest), so no recipe key can give the same ids.
 pub fn container_ids(source_digest: &str) -> Ids {
-    Ids::derive(&format!("oci-container {source_digest}"))
+    Ids::derive(&container_key(source_digest))
+}
+
+fn container_key(source_digest: &str) -> String {
+    format!("oci-container {source_digest}")
 }
 
 /// Whether `rel` (relative, no `..`) names something in `tree` reached through real
@@ -398,6 +402,7 @@ pub fn assemble(
             kernel: &k.kernel,
             initrd: &k.initrd,
             format: spec.format,
+            digest: spec.iso.is_none(),
         },
     )?;
     let (path, digest) = match (spec.iso, live_cpio) {
@@ -421,7 +426,12 @@ pub fn assemble(
             let digest = crate::digest::file_digest(&out).map_err(io_err("cannot read", &out))?;
             (out, digest)
         }
-        _ => (disk.path, disk.digest),
+        _ => {
+            let digest = disk
+                .digest
+                .ok_or_else(|| BootstrapError::Malformed("the disk's digest was not computed".into()))?;
+            (disk.path, digest)
+        }
     };
     let size = fs::metadata(&path).map_err(io_err("cannot stat", &path))?.len();
     Ok(Assembled {
@@ -499,11 +509,28 @@ fn make_iso(r: &mut Runner<'_>, i: &IsoInputs<'_>) -> Result<PathBuf, BootstrapE
             iso::put(&dir, "nocloud/user-data", cc)?;
             iso::put(&dir, "nocloud/meta-data", iso::nocloud_meta_data(cc).as_bytes())?;
         }
+        let key = container_key(i.source);
         r.run(
             Stage::Iso,
-            iso::grub_mkrescue(&tools["grub-mkrescue"], &tools["xorriso"], &dir, &out, i.epoch),
+            iso::grub_mkrescue(
+                &tools["grub-mkrescue"],
+                &tools["xorriso"],
+                &dir,
+                &out,
+                i.epoch,
+                &crate::identity::derived_uuid(&key, crate::identity::Purpose::IsoDiskGuid),
+            ),
             None,
         )?;
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&out)
+            .map_err(io_err("cannot open", &out))?;
+        iso::set_efi_boot_serial(&f, crate::identity::iso_esp_serial(&key))
+            .map_err(|why| BootstrapError::Malformed(format!("the ISO grub-mkrescue wrote: {why}")))?;
+        f.sync_all().map_err(io_err("cannot sync", &out))?;
+        drop(f);
         fs::remove_dir_all(&dir).map_err(io_err("cannot remove", &dir))
     })?;
     Ok(out)

@@ -23,6 +23,10 @@ pub enum Purpose {
     RootHashSeed,
     /// FAT volume id of the ESP (`mkfs.vfat -i`).
     EspVolume,
+    /// GPT disk GUID of a hybrid ISO (xorriso `--gpt_disk_guid`).
+    IsoDiskGuid,
+    /// FAT volume id of a hybrid ISO's EFI boot image (patched over mformat's random one).
+    IsoEspVolume,
 }
 
 impl Purpose {
@@ -35,6 +39,8 @@ impl Purpose {
             Purpose::RootFs => "ext4-uuid-root",
             Purpose::RootHashSeed => "ext4-hash-seed-root",
             Purpose::EspVolume => "fat-volume-id-esp",
+            Purpose::IsoDiskGuid => "gpt-disk-guid-iso",
+            Purpose::IsoEspVolume => "fat-volume-id-iso-esp",
         }
     }
 }
@@ -87,6 +93,13 @@ pub fn derived_uuid(key: &str, purpose: Purpose) -> String {
     let b = derived_bytes(key, purpose);
     let bytes: [u8; 16] = b[..16].try_into().expect("16 of 32 bytes");
     uuid::Builder::from_custom_bytes(bytes).into_uuid().to_string()
+}
+
+/// The FAT volume id of a hybrid ISO's EFI boot image derived from `key`, as the 4 bytes the
+/// boot sector holds.
+pub fn iso_esp_serial(key: &str) -> [u8; 4] {
+    let b = derived_bytes(key, Purpose::IsoEspVolume);
+    b[..4].try_into().expect("4 of 32 bytes")
 }
 
 /// The ESP's FAT volume id derived from `key`, `XXXX-XXXX` as blkid and fstab spell it.

@@ -382,18 +382,141 @@ pub fn resize2fs_min(tool: &Path, img: &Path, epoch: u64) -> Command {
 }
 
 /// `grub-mkrescue` writing the hybrid ISO of `dir` to `out`: GRUB for BIOS (El Torito, and
-/// boot_hybrid.img in the MBR for USB) and for UEFI (an ESP image, also a GPT partition),
-/// xorriso's clock fixed by `SOURCE_DATE_EPOCH`. The live boot finds the ISO by its id file,
-/// not its volume id, so grub-mkrescue's own volume id stays.
-pub fn grub_mkrescue(tool: &Path, xorriso: &Path, dir: &Path, out: &Path, epoch: u64) -> Command {
+/// boot_hybrid.img in the MBR for USB) and for UEFI (an ESP image, also a GPT partition).
+/// Reproducible but for the ESP image's FAT volume id (see [`set_efi_boot_serial`]):
+/// grub-mkrescue passes xorriso `--modification-date=` of the wall clock, which the same option
+/// given later overrides (the volume times, and GRUB finds the ISO as its boot device, not by
+/// that date); `--set_all_file_dates` replaces the mtimes of the files grub-mkrescue writes
+/// into its temporary tree; the GPT disk GUID is `disk_guid`, not random; and
+/// `SOURCE_DATE_EPOCH` fixes mtools' FAT times and xorriso's own clock. The live boot finds the
+/// ISO by its id file, not its volume id, so grub-mkrescue's volume id stays.
+pub fn grub_mkrescue(tool: &Path, xorriso: &Path, dir: &Path, out: &Path, epoch: u64, disk_guid: &str) -> Command {
+    let date = iso_timestamp(epoch);
     let mut cmd = Command::new(tool);
     cmd.env("SOURCE_DATE_EPOCH", epoch.to_string())
         .env("MTOOLS_SKIP_CHECK", "1")
         .arg(format!("--xorriso={}", xorriso.display()))
         .arg("-o")
         .arg(operand(out))
+        // Options grub-mkrescue does not know go to `xorriso -as mkisofs`, after its own.
+        .arg(format!("--modification-date={date}"))
+        .args(["--set_all_file_dates", &date, "--gpt_disk_guid", disk_guid])
         .arg(operand(dir));
     cmd
+}
+
+/// `epoch` as xorriso's 16-digit `YYYYMMDDhhmmsscc` (UTC; days-to-civil from Howard Hinnant's
+/// date algorithms), clamped to the year 2999 xorriso accepts at most.
+pub fn iso_timestamp(epoch: u64) -> String {
+    const MAX: u64 = 32_503_680_000 - 1; // 2999-12-31T23:59:59Z
+    let secs = epoch.min(MAX);
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}{:02}{:02}{:02}00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+const SECTOR: u64 = 2048;
+/// El Torito's platform id for UEFI.
+const PLATFORM_EFI: u8 = 0xEF;
+
+/// Sets the FAT volume id of every UEFI El Torito boot image of the ISO `iso` to `serial`.
+/// mformat, which grub-mkrescue runs to make that image, draws the id from a generator seeded
+/// with the wall clock's seconds and has no way to be given one through grub-mkrescue; the
+/// image is stored once (the GPT's ESP partition points at the same blocks) and no checksum
+/// covers it. Returns how many images were set; an ISO without one is an error.
+pub fn set_efi_boot_serial(iso: &File, serial: [u8; 4]) -> Result<usize, String> {
+    let mut brvd = [0u8; 2048];
+    iso.read_exact_at(&mut brvd, 17 * SECTOR)
+        .map_err(|e| format!("cannot read the El Torito boot record: {e}"))?;
+    if brvd[0] != 0 || &brvd[1..6] != b"CD001" || !brvd[7..].starts_with(b"EL TORITO SPECIFICATION") {
+        return Err("sector 17 is not an El Torito boot record".into());
+    }
+    let catalog = u64::from(u32::from_le_bytes(brvd[0x47..0x4B].try_into().expect("4 bytes")));
+    let mut cat = [0u8; 2048];
+    iso.read_exact_at(&mut cat, catalog * SECTOR)
+        .map_err(|e| format!("cannot read the El Torito boot catalog at sector {catalog}: {e}"))?;
+    let mut set = 0;
+    for rba in efi_boot_images(&cat)? {
+        let at = u64::from(rba) * SECTOR;
+        let mut bs = [0u8; 512];
+        iso.read_exact_at(&mut bs, at)
+            .map_err(|e| format!("cannot read the EFI boot image at sector {rba}: {e}"))?;
+        let off = fat_serial_offset(&bs)
+            .ok_or_else(|| format!("the EFI boot image at sector {rba} is not a FAT filesystem"))?;
+        iso.write_all_at(&serial, at + off as u64)
+            .map_err(|e| format!("cannot write the EFI boot image's volume id: {e}"))?;
+        set += 1;
+    }
+    if set == 0 {
+        return Err("the El Torito catalog has no UEFI boot image".into());
+    }
+    Ok(set)
+}
+
+/// The load sectors of the UEFI entries of an El Torito boot catalog (its first sector).
+pub fn efi_boot_images(cat: &[u8; 2048]) -> Result<Vec<u32>, String> {
+    let entry = |i: usize| &cat[i * 32..i * 32 + 32];
+    let rba = |e: &[u8]| u32::from_le_bytes(e[8..12].try_into().expect("4 bytes"));
+    let v = entry(0);
+    if v[0] != 1 || v[0x1E..0x20] != [0x55, 0xAA] {
+        return Err("the El Torito boot catalog has no validation entry".into());
+    }
+    let mut out = Vec::new();
+    if v[1] == PLATFORM_EFI && entry(1)[0] == 0x88 {
+        out.push(rba(entry(1)));
+    }
+    let mut i = 2;
+    while i < 64 {
+        let h = entry(i);
+        if h[0] != 0x90 && h[0] != 0x91 {
+            break;
+        }
+        let (platform, count) = (h[1], usize::from(u16::from_le_bytes([h[2], h[3]])));
+        i += 1;
+        let mut seen = 0;
+        while seen < count && i < 64 {
+            let e = entry(i);
+            i += 1;
+            if e[0] == 0x44 {
+                continue; // a section entry extension
+            }
+            seen += 1;
+            if platform == PLATFORM_EFI && e[0] == 0x88 {
+                out.push(rba(e));
+            }
+        }
+        if h[0] == 0x91 {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// Where a FAT boot sector keeps its volume id: after the extended boot signature, at 39 for
+/// FAT12/16 and 67 for FAT32 (sectors per FAT 0 in the BPB); `None` when `bs` is not one.
+pub fn fat_serial_offset(bs: &[u8; 512]) -> Option<usize> {
+    if bs[510..512] != [0x55, 0xAA] {
+        return None;
+    }
+    let sig = if u16::from_le_bytes([bs[22], bs[23]]) == 0 {
+        66
+    } else {
+        38
+    };
+    matches!(bs[sig], 0x28 | 0x29).then_some(sig + 1)
 }
 
 /// Writes `contents` to `dir/rel`, parents made.
@@ -528,6 +651,113 @@ mod tests {
         f.write_all_at(&sb, 1024).unwrap();
 
         assert_eq!(ext4_bytes(&f).unwrap(), 4096 * 1000);
+    }
+
+    #[test]
+    fn iso_timestamp_epoch_leap_day_and_clamp() {
+        assert_eq!(iso_timestamp(0), "1970010100000000");
+        assert_eq!(iso_timestamp(951_782_400 + 3661), "2000022901010100");
+        assert_eq!(iso_timestamp(u64::MAX), "2999123123595900");
+    }
+
+    #[test]
+    fn grub_mkrescue_dates_and_guid_fixed() {
+        let cmd = grub_mkrescue(
+            Path::new("grub-mkrescue"),
+            Path::new("/usr/bin/xorriso"),
+            Path::new("/w/tree"),
+            Path::new("/w/out.iso"),
+            1_700_000_000,
+            "0b7c0000-0000-8000-8000-000000000000",
+        );
+
+        let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(
+            args.contains(&"--modification-date=2023111422132000".to_owned()),
+            "{args:?}"
+        );
+        let at = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+        assert_eq!(at("--set_all_file_dates").as_deref(), Some("2023111422132000"));
+        assert_eq!(
+            at("--gpt_disk_guid").as_deref(),
+            Some("0b7c0000-0000-8000-8000-000000000000")
+        );
+        assert_eq!(args.last().map(String::as_str), Some("/w/tree"));
+    }
+
+    /// An ISO of 40 sectors: boot record at 17, catalog at 20 (a BIOS default entry, then an
+    /// EFI section whose image, a FAT12 boot sector, is at sector 30).
+    fn el_torito(fat_sig: u8) -> File {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(40 * SECTOR).unwrap();
+        let mut br = [0u8; 2048];
+        br[1..6].copy_from_slice(b"CD001");
+        br[6] = 1;
+        br[7..30].copy_from_slice(b"EL TORITO SPECIFICATION");
+        br[0x47..0x4B].copy_from_slice(&20u32.to_le_bytes());
+        f.write_all_at(&br, 17 * SECTOR).unwrap();
+        let mut cat = [0u8; 2048];
+        cat[0] = 1;
+        cat[0x1E] = 0x55;
+        cat[0x1F] = 0xAA;
+        cat[32] = 0x88;
+        cat[40..44].copy_from_slice(&25u32.to_le_bytes());
+        cat[64] = 0x91;
+        cat[65] = PLATFORM_EFI;
+        cat[66] = 1;
+        cat[96] = 0x88;
+        cat[104..108].copy_from_slice(&30u32.to_le_bytes());
+        f.write_all_at(&cat, 20 * SECTOR).unwrap();
+        let mut bs = [0u8; 512];
+        bs[22] = 9;
+        bs[38] = fat_sig;
+        bs[39..43].copy_from_slice(&[1, 2, 3, 4]);
+        bs[510] = 0x55;
+        bs[511] = 0xAA;
+        f.write_all_at(&bs, 30 * SECTOR).unwrap();
+        f
+    }
+
+    #[test]
+    fn set_efi_boot_serial_writes_the_efi_image_only() {
+        let f = el_torito(0x29);
+
+        let n = set_efi_boot_serial(&f, [0xDE, 0xAD, 0xBE, 0xEF]).unwrap();
+
+        let mut got = [0u8; 4];
+        f.read_exact_at(&mut got, 30 * SECTOR + 39).unwrap();
+        let mut bios = [0u8; 4];
+        f.read_exact_at(&mut bios, 25 * SECTOR + 39).unwrap();
+        assert_eq!((n, got, bios), (1, [0xDE, 0xAD, 0xBE, 0xEF], [0; 4]));
+    }
+
+    #[test]
+    fn set_efi_boot_serial_not_fat_refused() {
+        let f = el_torito(0);
+
+        let err = set_efi_boot_serial(&f, [0; 4]).unwrap_err();
+
+        assert!(err.contains("not a FAT filesystem"), "{err}");
+    }
+
+    #[test]
+    fn set_efi_boot_serial_no_boot_record_refused() {
+        let f = tempfile::tempfile().unwrap();
+        f.set_len(40 * SECTOR).unwrap();
+
+        let err = set_efi_boot_serial(&f, [0; 4]).unwrap_err();
+
+        assert!(err.contains("not an El Torito boot record"), "{err}");
+    }
+
+    #[test]
+    fn fat_serial_offset_fat32_after_its_signature() {
+        let mut bs = [0u8; 512];
+        bs[66] = 0x29;
+        bs[510] = 0x55;
+        bs[511] = 0xAA;
+
+        assert_eq!(fat_serial_offset(&bs), Some(67));
     }
 
     #[test]

@@ -59,6 +59,8 @@ fn probe(name: &str) -> Result<(), String> {
             tool("docker-registry", "docker-registry").and_then(|()| tool("htpasswd", "apache2-utils"))
         }
         "skopeo" => tool("skopeo", "skopeo"),
+        // from_container gives its container image a file capability, as a package's postinst does.
+        "setcap" => tool("setcap", "libcap2-bin"),
         // The libvirt backend's tests: libvirtd and virtlogd (started by the test itself in a
         // network namespace), virsh to observe, dnsmasq for the isolated network's DHCP, the
         // library nubo loads at run time, and `ip netns`.

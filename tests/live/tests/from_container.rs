@@ -16,12 +16,21 @@
 //!   from (source kind, manifest and layer digests);
 //! - one VM boots the disk through UEFI (OVMF) and the ESP's GRUB (`vm create --firmware efi`)
 //!   to cloud-init finished with its hostname, `/sys/firmware/efi` present in the guest (the
-//!   BIOS path of the same `disk_stages` assembly boots in the bootstrap tests);
-//! - at the same time (two TCG VMs, two cores) `--format iso --iso-cloud-config` in the second
-//!   root gives a stored `iso` image printing `sha256:`/`sha512:`, and QEMU with that ISO as
-//!   `-cdrom` and nothing else (SeaBIOS, El Torito, GRUB, the image's kernel and initramfs plus
+//!   BIOS path of the same `disk_stages` assembly boots in the bootstrap tests), and the file
+//!   capability the container image gave `/usr/local/bin/nubo-netraw` (`setcap cap_net_raw+ep`,
+//!   a pax xattr record in the layer) read back in the guest;
+//! - `--format iso --iso-cloud-config` in both roots gives the same sha256 (reproducible), a
+//!   stored `iso` image printing `sha256:`/`sha512:`;
+//! - under SeaBIOS the ISO as a USB disk (xHCI usb-storage, nothing else attached: the MBR's
+//!   boot_hybrid.img) and from `-cdrom` (El Torito), both at once, each reach the kernel's first
+//!   console line and are killed there (GRUB found and loaded the kernel and both initramfs);
+//! - while the disk boots (two TCG VMs, two cores), QEMU under OVMF with the ISO as `-cdrom` and
+//!   nothing else (UEFI El Torito, GRUB's EFI image, the image's kernel and initramfs plus
 //!   nubo's live addition, root from the ISO under an overlay) reaches cloud-init finished, runs
-//!   the baked seed's runcmd with the baked hostname, and shows a login prompt.
+//!   the baked seed's runcmd with the baked hostname and `/sys/firmware/efi` present, and shows
+//!   a login prompt;
+//! - `image push` of the ISO to the test registry and `image pull` of the printed digest into a
+//!   fresh root give the same sha256, format `iso`.
 
 use std::fs;
 use std::path::Path;
@@ -33,6 +42,7 @@ use nubo_bootstrap::layout::Layout;
 use nubo_image::digest::sha256_bytes;
 use nubo_live::cli::{field, guest, json, nubo, nubo_in, Cleanup};
 use nubo_live::fixture::cache_base;
+use nubo_live::prereq::{OVMF_CODE, OVMF_VARS};
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{run_with_timeout, Guard, LiveTest, TestResult, TestRoot};
 
@@ -42,6 +52,10 @@ const MAKE: Duration = Duration::from_secs(900);
 /// One TCG boot on a shared 2-core machine: 40-90 s alone, minutes when other VMs run.
 const BOOT: Duration = Duration::from_secs(720);
 const CREATED: &str = "2024-06-01T00:00:00Z";
+/// The file the test's container image holds with `cap_net_raw+ep`.
+const CAP_FILE: &str = "/usr/local/bin/nubo-netraw";
+/// The kernel's first console line, which a boot check waits for.
+const KERNEL_LINE: &str = "Linux version ";
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
@@ -54,6 +68,7 @@ fn main() -> ExitCode {
             "qemu",
             "ovmf",
             "iso-build",
+            "setcap",
         ],
         reproducible_disk_boots,
     )])
@@ -94,10 +109,22 @@ fn rootfs_layer(root: &TestRoot, dir: &Path) -> Result<(String, String, u64), St
     if !tree.join("usr/bin/cloud-init").exists() {
         return Err("the rootfs read out of the shared image has no /usr/bin/cloud-init".into());
     }
+    // A file capability, as iputils-ping's postinst sets on ping (the image has no ping): kept
+    // through the layer (a pax SCHILY.xattr record), the unpack and mkfs.ext4 -d into the disk.
+    let netraw = tree.join(CAP_FILE.trim_start_matches('/'));
+    fs::copy(tree.join("usr/bin/true"), &netraw).map_err(|e| format!("cannot copy /usr/bin/true: {e}"))?;
+    run(Command::new("setcap").arg("cap_net_raw+ep").arg(&netraw), QUICK)?;
     let tar = dir.join("layer.tar");
     run(
         Command::new("tar")
-            .args(["--numeric-owner", "--sort=name", "--exclude=./lost+found", "-C"])
+            .args([
+                "--numeric-owner",
+                "--sort=name",
+                "--xattrs",
+                "--xattrs-include=security.capability",
+                "--exclude=./lost+found",
+                "-C",
+            ])
             .arg(&tree)
             .arg("-cf")
             .arg(&tar)
@@ -461,9 +488,20 @@ fn reproducible_disk_boots() -> TestResult {
         return Err(format!("the record does not say where the disk came from: {rec}"));
     }
 
-    // The ISO, with a baked seed, made in the second root and booted from -cdrom alone while
-    // the disk boots.
-    let iso = iso_boot_start(&reg, &other, work.path(), &by_digest)?;
+    // The ISO, with a baked seed, made in both roots from the same digest: the same sha256.
+    let seed = iso_seed(work.path())?;
+    let (iso_sha, iso_path) = make_iso(&reg, &other, &by_digest, &seed, "iso")?;
+    let (iso_again, _) = make_iso(&reg, &root, &by_digest, &seed, "iso, another root")?;
+    if iso_sha != iso_again {
+        return Err(format!(
+            "the same container digest gave two ISOs: {iso_sha} / {iso_again}"
+        ));
+    }
+    // BIOS, as a USB disk (the MBR's boot_hybrid.img) and from -cdrom (El Torito), each only
+    // to the kernel's first console line: GRUB found and loaded the kernel and both initramfs.
+    iso_reaches_kernel(&iso_path, work.path())?;
+    // UEFI (OVMF) from -cdrom alone, the whole way, while the disk boots.
+    let iso = iso_boot_start(&iso_path, work.path(), &seed.marker)?;
 
     // The disk boots through UEFI and the GRUB nubo put on the ESP, to cloud-init with its hostname.
     let name = "ctr";
@@ -505,8 +543,56 @@ fn reproducible_disk_boots() -> TestResult {
     if efi != "uefi" {
         return Err(format!("the guest booted with {efi}, not through UEFI"));
     }
+    // The file capability of the container image, read in the booted guest (no getcap there:
+    // python3 is cloud-init's) and decoded as struct vfs_cap_data.
+    let cap = guest(
+        &root,
+        name,
+        &format!("python3 -c 'import os; print(os.getxattr(\"{CAP_FILE}\", \"security.capability\").hex())'"),
+    )?;
+    cap_net_raw_effective(&cap)
+        .map_err(|why| format!("{CAP_FILE} in the guest: {why} (security.capability {cap:?})"))?;
     iso_boot_finish(iso)?;
+    iso_push_pull(&reg, &other, &iso_sha)?;
     vmfile_from_oci(&reg, &root, work.path(), &by_digest, pushed)
+}
+
+/// `image push` of the ISO to the test registry and `image pull` of the digest it printed into
+/// a fresh root: the same sha256, still an `iso`.
+fn iso_push_pull(reg: &Registry, root: &TestRoot, iso_sha: &str) -> TestResult {
+    let ca = reg.ca.display().to_string();
+    let target = format!("{}/ctr/iso:1", reg.host);
+    let t = Instant::now();
+    let out = nubo(root, &["image", "push", "ctr-iso:1", &target, "--ca-cert", &ca], MAKE)?.require()?;
+    let pinned = out.stdout.trim().to_owned();
+    if !pinned.starts_with(&format!("{}/ctr/iso@sha256:", reg.host)) {
+        return Err(format!("push printed `{pinned}`, not {}/ctr/iso@sha256:...", reg.host));
+    }
+    let dst = TestRoot::new()?;
+    login(&dst, reg)?;
+    let out = nubo(
+        &dst,
+        &["image", "pull", &pinned, "--ca-cert", &ca, "--name", "iso:1"],
+        MAKE,
+    )?
+    .require()?;
+    if !out.stdout.starts_with(&format!("iso:1 {iso_sha}")) {
+        return Err(format!(
+            "pull of the pushed ISO printed `{}`, not `iso:1 {iso_sha}`",
+            out.stdout
+        ));
+    }
+    let rec = json(
+        &nubo(&dst, &["image", "inspect", "iso:1"], QUICK)?.require()?.stdout,
+        "image inspect iso:1",
+    )?;
+    if field(&rec, "/format")? != "iso" || field(&rec, "/digest")? != iso_sha {
+        return Err(format!(
+            "the pulled ISO's record is not an iso with the pushed digest: {rec}"
+        ));
+    }
+    println!("timing push and pull of the ISO: {:.1}s", t.elapsed().as_secs_f64());
+    Ok(())
 }
 
 /// `image build` of a VMfile `FROM oci://REGISTRY/REPO@sha256:...`: the container image made a
@@ -561,23 +647,40 @@ struct IsoBoot {
     started: Instant,
 }
 
-/// Makes the ISO (baked cloud-config: a hostname and a runcmd writing a marker to the serial
-/// console) and starts QEMU with it as `-cdrom` and nothing else.
-fn iso_boot_start(reg: &Registry, root: &TestRoot, dir: &Path, source: &str) -> Result<IsoBoot, String> {
+/// The baked cloud-config: a hostname and a runcmd writing a marker to the serial console.
+struct Seed {
+    path: String,
+    marker: String,
+}
+
+fn iso_seed(dir: &Path) -> Result<Seed, String> {
     let marker = format!("NUBO-ISO-SEED-{}", std::process::id());
     let cc = dir.join("iso-cloud-config");
     fs::write(
         &cc,
-        format!("#cloud-config\nhostname: {ISO_HOST}\nruncmd:\n  - echo \"{marker} host=$(hostname)\" > /dev/ttyS0\n"),
+        format!("#cloud-config\nhostname: {ISO_HOST}\nruncmd:\n  - echo \"{marker} host=$(hostname) fw=$(test -d /sys/firmware/efi && echo uefi || echo bios)\" > /dev/ttyS0\n"),
     )
     .map_err(|e| e.to_string())?;
-    let cc = cc.display().to_string();
+    Ok(Seed {
+        path: cc.display().to_string(),
+        marker,
+    })
+}
+
+/// `--format iso --iso-cloud-config` in `root`; returns the printed sha256 and the stored path.
+fn make_iso(
+    reg: &Registry,
+    root: &TestRoot,
+    source: &str,
+    seed: &Seed,
+    label: &str,
+) -> Result<(String, String), String> {
     let (sha256, _) = make_in(
         root,
         reg,
         source,
-        "iso",
-        &["-t", "ctr-iso:1", "--format", "iso", "--iso-cloud-config", &cc],
+        label,
+        &["-t", "ctr-iso:1", "--format", "iso", "--iso-cloud-config", &seed.path],
     )?;
     let rec = json(
         &nubo(root, &["image", "inspect", "ctr-iso:1"], QUICK)?.require()?.stdout,
@@ -587,7 +690,11 @@ fn iso_boot_start(reg: &Registry, root: &TestRoot, dir: &Path, source: &str) -> 
         return Err(format!("the ISO's record is not an iso with the printed digest: {rec}"));
     }
     let path = field(&rec, "/path")?;
-    let log = dir.join("iso-serial.log");
+    Ok((sha256, path))
+}
+
+/// QEMU (pc, TCG, no NIC, serial to `log`) with `media`, and OVMF's pflash when `efi`.
+fn iso_qemu(media: &[String], log: &Path, vars: Option<&Path>) -> Command {
     let mut qemu = Command::new("qemu-system-x86_64");
     qemu.args([
         "-machine",
@@ -607,17 +714,94 @@ fn iso_boot_start(reg: &Registry, root: &TestRoot, dir: &Path, source: &str) -> 
         "none",
     ])
     .arg("-serial")
-    .arg(format!("file:{}", log.display()))
-    .arg("-cdrom")
-    .arg(&path)
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(Stdio::null());
-    let vm = Guard::spawn(&mut qemu, "qemu (the ISO from -cdrom)")?;
+    .arg(format!("file:{}", log.display()));
+    if let Some(vars) = vars {
+        qemu.arg("-drive")
+            .arg(format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"))
+            .arg("-drive")
+            .arg(format!("if=pflash,format=raw,unit=1,file={}", vars.display()));
+    }
+    qemu.args(media)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    qemu
+}
+
+/// The ISO under SeaBIOS as a USB stick (xHCI, usb-storage, nothing else attached: it boots as a
+/// hard disk through the MBR) and from `-cdrom` (El Torito), both at once, each until the
+/// kernel's first console line, then killed.
+fn iso_reaches_kernel(iso: &str, dir: &Path) -> TestResult {
+    let t = Instant::now();
+    let usb = [
+        "-device".to_owned(),
+        "qemu-xhci,id=xhci".to_owned(),
+        "-drive".to_owned(),
+        format!("if=none,id=stick,format=raw,readonly=on,file={iso}"),
+        "-device".to_owned(),
+        "usb-storage,bus=xhci.0,drive=stick".to_owned(),
+    ];
+    let cd = ["-cdrom".to_owned(), iso.to_owned()];
+    let mut boots = Vec::new();
+    for (what, media) in [
+        ("the ISO as a USB disk, BIOS", &usb[..]),
+        ("the ISO from -cdrom, BIOS", &cd[..]),
+    ] {
+        let log = dir.join(format!("iso-{}.log", boots.len()));
+        let vm = Guard::spawn(&mut iso_qemu(media, &log, None), what)?;
+        boots.push((what, vm, log));
+    }
+    for (what, mut vm, log) in boots {
+        let left = BOOT.saturating_sub(t.elapsed());
+        vm.wait_for_line(&log, left, |l| l.contains(KERNEL_LINE))
+            .map_err(|e| format!("{what}: {e}\n{}", console_tail(&log)))?;
+        println!(
+            "timing {what} to the kernel's first line: {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+        vm.kill();
+    }
+    Ok(())
+}
+
+fn console_tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    format!("last lines of the console:\n{}", tail.join("\n"))
+}
+
+/// A `security.capability` value (hex) grants CAP_NET_RAW (bit 13) permitted and effective.
+fn cap_net_raw_effective(hex: &str) -> TestResult {
+    let bytes: Vec<u8> = (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2).unwrap_or("zz"), 16))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("not hex: {e}"))?;
+    if bytes.len() < 8 {
+        return Err("shorter than struct vfs_cap_data".into());
+    }
+    let magic = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
+    let permitted = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    // VFS_CAP_REVISION_2 or _3, VFS_CAP_FLAGS_EFFECTIVE, CAP_NET_RAW = 13.
+    if !matches!(magic & 0xFF00_0000, 0x0200_0000 | 0x0300_0000) || magic & 1 == 0 || permitted & (1 << 13) == 0 {
+        return Err("does not grant cap_net_raw+ep".into());
+    }
+    Ok(())
+}
+
+/// Starts QEMU under OVMF with the ISO as `-cdrom` and nothing else.
+fn iso_boot_start(iso: &str, dir: &Path, marker: &str) -> Result<IsoBoot, String> {
+    let log = dir.join("iso-serial.log");
+    let vars = dir.join("iso-OVMF_VARS.fd");
+    fs::copy(OVMF_VARS, &vars).map_err(|e| format!("cannot copy {OVMF_VARS}: {e}"))?;
+    let vm = Guard::spawn(
+        &mut iso_qemu(&["-cdrom".to_owned(), iso.to_owned()], &log, Some(&vars)),
+        "qemu (the ISO from -cdrom under OVMF)",
+    )?;
     Ok(IsoBoot {
         vm,
         log,
-        marker,
+        marker: marker.to_owned(),
         started: Instant::now(),
     })
 }
@@ -626,12 +810,7 @@ fn iso_boot_start(reg: &Registry, root: &TestRoot, dir: &Path, source: &str) -> 
 /// login prompt.
 fn iso_boot_finish(b: IsoBoot) -> TestResult {
     let log = b.log.clone();
-    iso_boot_wait(b).map_err(|e| {
-        let text = fs::read_to_string(&log).unwrap_or_default();
-        let tail: Vec<&str> = text.lines().rev().take(40).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("{e}\nlast lines of the ISO's console:\n{}", tail.join("\n"))
-    })
+    iso_boot_wait(b).map_err(|e| format!("{e}\n{}", console_tail(&log)))
 }
 
 fn iso_boot_wait(mut b: IsoBoot) -> TestResult {
@@ -645,11 +824,11 @@ fn iso_boot_wait(mut b: IsoBoot) -> TestResult {
         false => b.vm.wait_for_line(&b.log, left, |l| l.contains(" login:"))?,
     };
     println!(
-        "timing ISO from -cdrom to cloud-init finished and a login prompt: {:.1}s",
+        "timing ISO from -cdrom under OVMF to cloud-init finished and a login prompt: {:.1}s",
         b.started.elapsed().as_secs_f64()
     );
     b.vm.kill();
-    let expected = format!("{} host={ISO_HOST}", b.marker);
+    let expected = format!("{} host={ISO_HOST} fw=uefi", b.marker);
     if !seen.contains(&expected) {
         return Err(format!(
             "the baked seed's runcmd marker `{expected}` is not on the ISO's console; log {}",
