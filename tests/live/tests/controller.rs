@@ -639,7 +639,7 @@ spec:
         return Err(format!("the base volume went with the VM: {vols:?}"));
     }
 
-    // The image's deletion is held while ve and vk use it (ve boots meanwhile).
+    // The image's deletion is held while VMs name it (ve boots meanwhile).
     api.kubectl(&["-n", ns, "delete", "vmimage", "debian-12", "--wait=false"])?
         .require()?;
     let deadline = Instant::now() + QUICK;
@@ -653,8 +653,14 @@ spec:
             .and_then(|cs| cs.iter().find(|c| c["type"] == "InUse" && c["status"] == "True"))
             .and_then(|c| c["message"].as_str().map(str::to_owned));
         if let Some(m) = held {
-            if !m.contains(": ve, vk;") {
-                return Err(format!("the hold does not name ve and vk: {m}"));
+            // The VMs named: every one whose imageRef is debian-12 (the refused ones too).
+            let named: Vec<&str> = m
+                .split_once(": ")
+                .and_then(|(_, rest)| rest.split_once(';'))
+                .map(|(list, _)| list.split(", ").collect())
+                .unwrap_or_default();
+            if named != ["nc", "np", "ns", "nt", "nu", "ve", "vk"] {
+                return Err(format!("the hold does not name the VMs using the image: {m}"));
             }
             println!("vmimage debian-12 held: {m}");
             break;
@@ -676,8 +682,21 @@ spec:
     lv.restart()?;
 
     // The last VMs using the image go (ve running): the image is released.
-    api.kubectl(&["-n", ns, "delete", "vm", "ve", "vk", "--timeout=120s"])?
-        .require()?;
+    api.kubectl(&[
+        "-n",
+        ns,
+        "delete",
+        "vm",
+        "ve",
+        "vk",
+        "nc",
+        "np",
+        "ns",
+        "nt",
+        "nu",
+        "--timeout=120s",
+    ])?
+    .require()?;
     let deadline = Instant::now() + QUICK;
     loop {
         let out = api.kubectl(&["-n", ns, "get", "vmimage", "debian-12"])?;
