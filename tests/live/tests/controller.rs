@@ -770,7 +770,9 @@ fn booted(api: &ApiServer, lv: &Libvirtd, ns: &str, name: &str, dom: &str, state
             "want one console log of {dom} under the controller's state: {logs:?}"
         ));
     };
-    let text = std::fs::read_to_string(log).map_err(|e| format!("{log}: {e}"))?;
+    // Firmware writes bytes that are not UTF-8 to the serial console.
+    let bytes = std::fs::read(log).map_err(|e| format!("{log}: {e}"))?;
+    let text = String::from_utf8_lossy(&bytes);
     let iid = text
         .lines()
         // A UUID's 36 characters: the serial line may carry other output after it.
