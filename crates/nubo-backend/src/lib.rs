@@ -121,6 +121,9 @@ pub enum Capability {
     /// Freezes the running VM's active disk layer into a new top file
     /// ([`Backend::freeze_disk_layer`]), which `nubo image build` needs.
     FreezeDiskLayer,
+    /// Reports its host's free memory and CPUs ([`Backend::host_resources`]), which a
+    /// scheduler placing VMs on hosts asks.
+    HostResources,
 }
 
 impl Capability {
@@ -138,7 +141,19 @@ impl Capability {
         Capability::PortForwards,
         Capability::RestrictedNetwork,
         Capability::FreezeDiskLayer,
+        Capability::HostResources,
     ];
+}
+
+/// A host's memory and CPUs ([`Backend::host_resources`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HostResources {
+    /// Memory not in use on the host now, in bytes.
+    pub free_memory: u64,
+    /// The host's memory, in bytes.
+    pub total_memory: u64,
+    /// Its logical CPUs.
+    pub cpus: u32,
 }
 
 /// What a backend can do ([`Backend::capabilities`], the one call that asks): a set of
@@ -557,6 +572,17 @@ pub trait Backend: Send + Sync {
             self.id(),
             "freezing a disk layer (image build)",
             "a backend with the freeze-disk-layer capability",
+        ))
+    }
+
+    /// The memory and CPUs of the host its VMs run on, as the hypervisor reports them now
+    /// ([`Capability::HostResources`]; libvirt: `virNodeGetFreeMemory`, `virNodeGetInfo`).
+    /// One round trip to the host; typed "unsupported" by default.
+    fn host_resources(&self) -> Result<HostResources, BackendError> {
+        Err(BackendError::unsupported(
+            self.id(),
+            "reporting the host's free memory",
+            "the libvirt backend",
         ))
     }
 

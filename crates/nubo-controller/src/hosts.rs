@@ -120,6 +120,16 @@ impl Hosts {
         Ok(entry.engine.clone())
     }
 
+    /// The host's memory and CPUs when its backend reports them (`None` when it cannot, after a
+    /// probe says it answers), or why it is unreachable. One connection.
+    pub fn resources(engine: &Engine) -> Result<Option<nubo_backend::HostResources>, String> {
+        let b = engine.registry.resolve("libvirt").map_err(|e| e.to_string())?;
+        if !b.capabilities().has(nubo_backend::Capability::HostResources) {
+            return Hosts::probe(engine).map(|()| None);
+        }
+        b.host_resources().map(Some).map_err(|e| e.to_string())
+    }
+
     /// Whether libvirtd on `uri` answers with these credentials (a connection and its version).
     pub fn probe(engine: &Engine) -> Result<(), String> {
         let b = engine.registry.resolve("libvirt").map_err(|e| e.to_string())?;
@@ -129,6 +139,33 @@ impl Hosts {
             nubo_backend::Probe::Broken { error } => Err(error),
         }
     }
+}
+
+/// A reachable host as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Free memory libvirt reported; `None` when the host's backend cannot report it.
+    pub free_memory: Option<u64>,
+    /// VMs this controller already has there.
+    pub vms: usize,
+}
+
+/// The host a new VM goes to: the one with the most free memory; hosts that could not say
+/// theirs come after every host that did; ties go to fewer VMs, then to the Provider's order.
+/// `None` when no host is reachable.
+pub fn choose(hosts: &[Candidate]) -> Option<usize> {
+    hosts
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| {
+            (
+                c.free_memory.is_none(),
+                std::cmp::Reverse(c.free_memory.unwrap_or(0)),
+                c.vms,
+                *i,
+            )
+        })
+        .map(|(i, _)| i)
 }
 
 /// A Provider host's name must be a DNS label: it names the host's state directory.
@@ -166,6 +203,33 @@ pub fn fnv(s: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn host(free: Option<u64>, vms: usize) -> Candidate {
+        Candidate { free_memory: free, vms }
+    }
+
+    #[test]
+    fn choose_most_free_memory_wins() {
+        let hosts = [host(Some(2 << 30), 0), host(Some(8 << 30), 9), host(Some(4 << 30), 0)];
+        assert_eq!(choose(&hosts), Some(1));
+    }
+
+    #[test]
+    fn choose_tie_fewer_vms_then_first() {
+        assert_eq!(choose(&[host(Some(1 << 30), 3), host(Some(1 << 30), 1)]), Some(1));
+        assert_eq!(choose(&[host(Some(1 << 30), 1), host(Some(1 << 30), 1)]), Some(0));
+    }
+
+    #[test]
+    fn choose_unreported_memory_after_reported() {
+        assert_eq!(choose(&[host(None, 0), host(Some(1), 50)]), Some(1));
+        assert_eq!(choose(&[host(None, 4), host(None, 2)]), Some(1));
+    }
+
+    #[test]
+    fn choose_no_reachable_host_none() {
+        assert_eq!(choose(&[]), None);
+    }
 
     #[test]
     fn check_host_name_traversal_refused() {

@@ -2,7 +2,8 @@
 //! image is fetched into that host's engine store through the engine's fetcher, its checksum
 //! verified while it streams (a mismatch deletes the partial file: nothing is kept, nothing
 //! reaches a pool). The base volume is uploaded into the host's pool, and verified again, by
-//! the first VirtualMachine that uses the image there.
+//! the first VirtualMachine that uses the image there. A VMImage's deletion is held (finalizer
+//! `nubo.dev/in-use`, condition `InUse`) while VirtualMachines name it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,10 +81,81 @@ pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, Str
     }
 }
 
+/// Held on a VMImage while VirtualMachines use it.
+pub const IN_USE_FINALIZER: &str = "nubo.dev/in-use";
+
+/// The VirtualMachines of `ns` whose imageRef names `image`, sorted.
+pub fn users(vms: &[VirtualMachine], ns: &str, image: &str) -> Vec<String> {
+    let mut u: Vec<String> = vms
+        .iter()
+        .filter(|v| v.namespace().as_deref() == Some(ns) && v.spec.image_ref.name == image)
+        .map(|v| v.name_any())
+        .collect();
+    u.sort();
+    u
+}
+
+/// A VMImage being deleted: held (condition `InUse` naming the VMs) while VirtualMachines use
+/// it, released when the last one is gone. VMs being deleted still count: their domains and
+/// disks are removed by their own finalizer first.
+async fn deleting(img: &VMImage, ctx: &Ctx, api: &Api<VMImage>) -> Result<Action, Error> {
+    if !img.finalizers().iter().any(|f| f == IN_USE_FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = img.namespace().unwrap_or_default();
+    let name = img.name_any();
+    let vms: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
+    let users = users(&vms.list(&ListParams::default()).await?.items, &ns, &name);
+    if users.is_empty() {
+        let fins: Vec<String> = img
+            .finalizers()
+            .iter()
+            .filter(|f| *f != IN_USE_FINALIZER)
+            .cloned()
+            .collect();
+        let patch = json!({"metadata": {"finalizers": fins, "resourceVersion": img.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        return Ok(Action::await_change());
+    }
+    let old = img.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    let shown: Vec<&str> = users.iter().take(20).map(String::as_str).collect();
+    let more = users.len().saturating_sub(shown.len());
+    set_condition(
+        &mut status.conditions,
+        img.meta().generation,
+        "InUse",
+        "True",
+        "DeletionHeld",
+        &format!(
+            "deletion waits for {} VirtualMachine(s) using this image: {}{}; delete them or point their imageRef elsewhere",
+            users.len(),
+            shown.join(", "),
+            if more > 0 { format!(" and {more} more") } else { String::new() }
+        ),
+    );
+    if status != old {
+        apply(api, &name, &status, &ctx.manager).await?;
+    }
+    // A VM's deletion does not wake this reconcile: it looks again soon.
+    Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(10))))
+}
+
 async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
     let ns = img.namespace().unwrap_or_default();
     let name = img.name_any();
     let api: Api<VMImage> = Api::namespaced(ctx.client.clone(), &ns);
+    if img.meta().deletion_timestamp.is_some() {
+        return deleting(img, ctx, &api).await;
+    }
+    if !img.finalizers().iter().any(|f| f == IN_USE_FINALIZER) {
+        let mut fins = img.finalizers().to_vec();
+        fins.push(IN_USE_FINALIZER.to_owned());
+        let patch = json!({"metadata": {"finalizers": fins, "resourceVersion": img.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        // The update brings the next reconcile.
+        return Ok(Action::await_change());
+    }
     let old = img.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = img.meta().generation;
@@ -251,4 +323,39 @@ async fn apply(api: &Api<VMImage>, name: &str, status: &VMImageStatus, manager: 
     api.patch_status(name, &PatchParams::apply(manager).force(), &Patch::Apply(&patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod hold_tests {
+    use super::*;
+
+    fn vm(ns: &str, name: &str, image: &str) -> VirtualMachine {
+        let mut v = VirtualMachine::new(
+            name,
+            VirtualMachineSpec {
+                class_ref: NameRef { name: "c".into() },
+                image_ref: NameRef { name: image.into() },
+                provider_ref: None,
+                running: false,
+                hostname: None,
+                user_data: None,
+                network_data: None,
+                ssh_keys: vec![],
+            },
+        );
+        v.metadata.namespace = Some(ns.into());
+        v
+    }
+
+    #[test]
+    fn users_same_namespace_same_image_sorted() {
+        let vms = [
+            vm("a", "web-2", "debian"),
+            vm("a", "web-1", "debian"),
+            vm("a", "db", "other"),
+            vm("b", "web-3", "debian"),
+        ];
+        assert_eq!(users(&vms, "a", "debian"), ["web-1", "web-2"]);
+        assert!(users(&vms, "a", "gone").is_empty());
+    }
 }

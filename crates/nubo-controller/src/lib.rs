@@ -2,6 +2,7 @@
 //! `nubo.dev`) reconciled onto remote libvirt hosts through nubo's engine. The engine gets parsed
 //! URIs and rendered bytes; this crate alone talks to the apiserver and reads Secrets.
 
+pub mod consoles;
 pub mod crds;
 pub mod hosts;
 pub mod http;
@@ -29,6 +30,10 @@ pub use metrics::Metrics;
 pub struct Ctx {
     pub client: Client,
     pub hosts: hosts::Hosts,
+    /// The console recorders of the running VMs (CloudInitDone reads what they record).
+    pub consoles: Arc<consoles::Consoles>,
+    /// When each Provider (namespace/name) was last probed, at which generation.
+    pub probed: std::sync::Mutex<std::collections::HashMap<String, (Option<i64>, std::time::Instant)>>,
     pub recorder: Recorder,
     pub metrics: Arc<Metrics>,
     /// The server-side apply field manager.
@@ -88,6 +93,8 @@ pub struct Options {
     pub identity: String,
     /// Reconciles at once, per kind.
     pub concurrency: u16,
+    /// Namespaces whose Secrets are watched (a change reconciles the VMs naming the Secret).
+    pub secret_namespaces: Vec<String>,
 }
 
 /// Runs the controller until a signal: waits to lead, then reconciles.
@@ -121,6 +128,8 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         hosts: hosts::Hosts::new(&opts.state_dir, cancel.clone()).map_err(anyhow::Error::msg)?,
+        consoles: Arc::default(),
+        probed: Default::default(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -135,7 +144,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
     let vms: Api<types::VirtualMachine> = Api::all(client.clone());
     let failures = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, u32>::new()));
     let f2 = failures.clone();
-    let vm_ctl = Controller::new(vms, watcher::Config::default())
+    let mut vm_ctl = Controller::new(vms, watcher::Config::default());
+    let store = vm_ctl.store();
+    for ns in &opts.secret_namespaces {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+        // A namespace whose Secrets this controller may not read would make its watch fail
+        // over and over: it is left to the VMs' polls, and said so.
+        if let Err(e) = secrets.list_metadata(&kube::api::ListParams::default().limit(1)).await {
+            eprintln!("nubo-controller: not watching Secrets in namespace `{ns}` ({e}): grant the Role of deploy/rbac.yaml there; its VMs see Secret changes at their next poll");
+            continue;
+        }
+        let store = store.clone();
+        vm_ctl = vm_ctl.watches(secrets, watcher::Config::default(), move |s| {
+            use kube::ResourceExt;
+            vm::referrers(&store.state(), &s.namespace().unwrap_or_default(), &s.name_any())
+        });
+    }
+    let vm_ctl = vm_ctl
         .with_config(controller::Config::default().concurrency(opts.concurrency))
         .shutdown_on_signal()
         .run(
@@ -172,9 +197,23 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
             ctx.clone(),
         )
         .for_each(|_| async {});
+    let providers: Api<types::Provider> = Api::all(client.clone());
+    let provider_ctl = Controller::new(providers, watcher::Config::default())
+        .with_config(controller::Config::default().concurrency(opts.concurrency.min(4)))
+        .shutdown_on_signal()
+        .run(
+            provider::reconcile,
+            |p, err, ctx: Arc<Ctx>| {
+                use kube::ResourceExt;
+                eprintln!("nubo-controller: provider {}: {err}", p.name_any());
+                Action::requeue(ctx.backoff.after_failures(3))
+            },
+            ctx.clone(),
+        )
+        .for_each(|_| async {});
     ready.store(true, Ordering::SeqCst);
     tokio::select! {
-        _ = futures::future::join(vm_ctl, image_ctl) => {}
+        _ = futures::future::join3(vm_ctl, image_ctl, provider_ctl) => {}
         r = renew => {
             cancel.cancel();
             return Err(anyhow::anyhow!("lost the lease: {}", match r { Ok(Err(e)) => e.to_string(), _ => "renewal ended".into() }));

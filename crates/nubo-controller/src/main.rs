@@ -31,6 +31,12 @@ enum Cmd {
         /// Reconciles at once.
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
         concurrency: u16,
+        /// A namespace whose Secrets are watched, so a VirtualMachine follows a change of its
+        /// user-data Secret at once (SeedCurrent) instead of at its next poll; repeat it, or
+        /// give a comma-separated list. Only namespaces the controller may read Secrets in
+        /// (deploy/rbac.yaml's Role), checked at start.
+        #[arg(long = "watch-secrets-in", env = "NUBO_WATCH_SECRETS_IN", value_delimiter = ',')]
+        watch_secrets_in: Vec<String>,
     },
     /// Print the CustomResourceDefinitions (YAML), as in deploy/crds.yaml.
     Crds,
@@ -49,6 +55,7 @@ fn main() -> ExitCode {
             lease_namespace,
             identity,
             concurrency,
+            watch_secrets_in,
         } => {
             let identity = identity.unwrap_or_else(|| format!("{}-{}", nix_hostname(), std::process::id()));
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -69,6 +76,7 @@ fn main() -> ExitCode {
                 lease_name: "nubo-controller".into(),
                 identity,
                 concurrency,
+                secret_namespaces: watch_secrets_in,
             };
             match rt.block_on(nubo_controller::run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,15 @@
-//! Which Provider a VirtualMachine uses.
+//! Which Provider a VirtualMachine uses, and the Provider reconciler (its hosts' status).
 
-use kube::api::{Api, ListParams};
-use kube::ResourceExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::types::{Provider, ProviderRef};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::hosts::HostKey;
+use crate::types::{HostCapacity, Provider, ProviderHostStatus, ProviderRef, ProviderStatus, GROUP, VERSION};
 use crate::vm::Refusal;
 use crate::{Ctx, Error};
 
@@ -47,4 +53,86 @@ pub async fn resolve(ctx: &Ctx, ns: &str, r: Option<&ProviderRef>) -> Result<Res
             }
         }
     }
+}
+
+/// How often a Provider's hosts are asked for their state.
+const PROBE_EVERY: Duration = Duration::from_secs(60);
+
+/// The Provider reconciler: asks every host whether libvirtd answers and what it has free, and
+/// writes `status.hosts[]` (server-side apply on the status subresource). Its own status write
+/// brings it back at once: a Provider probed less than [`PROBE_EVERY`] ago at this generation
+/// is not asked again before then.
+pub async fn reconcile(p: Arc<Provider>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let t = Instant::now();
+    let r = reconcile_inner(&p, &ctx).await;
+    ctx.metrics.observe("provider", t.elapsed(), r.is_err());
+    r
+}
+
+async fn reconcile_inner(p: &Provider, ctx: &Ctx) -> Result<Action, Error> {
+    let ns = p.namespace().unwrap_or_default();
+    let name = p.name_any();
+    let key = format!("{ns}/{name}");
+    let generation = p.meta().generation;
+    {
+        let probed = ctx.probed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((g, at)) = probed.get(&key) {
+            if *g == generation && at.elapsed() < PROBE_EVERY {
+                return Ok(Action::requeue(PROBE_EVERY - at.elapsed()));
+            }
+        }
+    }
+    let now = crate::now();
+    let creds = crate::vm::credentials(ctx, p).await?;
+    let mut hosts = Vec::new();
+    for h in &p.spec.hosts {
+        let mut st = ProviderHostStatus {
+            name: h.name.clone(),
+            last_probe_time: Some(now.clone()),
+            ..Default::default()
+        };
+        let asked = match &creds {
+            Err(r) => Err(r.message.clone()),
+            Ok(c) => {
+                let key = HostKey {
+                    namespace: ns.clone(),
+                    provider: name.clone(),
+                    host: h.name.clone(),
+                };
+                match ctx.hosts.engine(&key, &h.uri, c) {
+                    Ok(engine) => crate::vm::resources(engine).await,
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match asked {
+            Ok(res) => {
+                st.reachable = true;
+                st.capacity = res.map(|r| HostCapacity {
+                    free_memory_bytes: Some(r.free_memory),
+                    memory_bytes: Some(r.total_memory),
+                    cpus: Some(r.cpus),
+                });
+            }
+            Err(e) => st.reason = Some(e),
+        }
+        hosts.push(st);
+    }
+    let status = ProviderStatus {
+        hosts,
+        observed_generation: generation,
+    };
+    let patch = json!({
+        "apiVersion": format!("{GROUP}/{VERSION}"),
+        "kind": "Provider",
+        "status": status,
+    });
+    let api: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch_status(&name, &PatchParams::apply(&ctx.manager).force(), &Patch::Apply(&patch))
+        .await?;
+    ctx.probed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, (generation, Instant::now()));
+    Ok(Action::requeue(ctx.backoff.jittered(PROBE_EVERY)))
 }

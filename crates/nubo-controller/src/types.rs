@@ -323,13 +323,19 @@ pub struct ProviderSpec {
     pub credentials_secret_ref: NameRef,
 }
 
-/// Free capacity of a host, as libvirt reports it.
+/// Free capacity of a host, as libvirt reports it (virNodeGetFreeMemory, virNodeGetInfo).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HostCapacity {
-    /// Free memory in bytes.
+    /// Free memory in bytes: new VMs go to the reachable host with the most.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub free_memory_bytes: Option<u64>,
+    /// The host's memory in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// The host's logical CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
 }
 
 /// One host as last probed.
@@ -346,6 +352,9 @@ pub struct ProviderHostStatus {
     /// Why not reachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When the host was last asked (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<String>,
 }
 
 /// The hosts as last probed.

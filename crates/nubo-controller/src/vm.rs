@@ -61,6 +61,25 @@ pub fn domain_name(namespace: &str, name: &str) -> String {
     format!("{}-{h:08x}", head.trim_end_matches('-'))
 }
 
+/// The VirtualMachines that name Secret `ns/name` for their user-data or network-data: what a
+/// change of that Secret reconciles.
+pub fn referrers(
+    vms: &[Arc<VirtualMachine>],
+    ns: &str,
+    name: &str,
+) -> Vec<kube::runtime::reflector::ObjectRef<VirtualMachine>> {
+    vms.iter()
+        .filter(|vm| vm.namespace().as_deref() == Some(ns))
+        .filter(|vm| {
+            [&vm.spec.user_data, &vm.spec.network_data]
+                .into_iter()
+                .flatten()
+                .any(|s| s.secret_ref.name == name)
+        })
+        .map(|vm| kube::runtime::reflector::ObjectRef::from_obj(vm.as_ref()))
+        .collect()
+}
+
 /// Everything the engine needs, resolved.
 struct Prepared {
     spec: VmSpec,
@@ -121,7 +140,11 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
     let running = vm.spec.running;
     let engine = prepared.engine.clone();
     let spec = prepared.spec.clone();
-    let outcome = tokio::task::spawn_blocking(move || converge(&engine, &spec, running))
+    let follow = Follow {
+        consoles: ctx.consoles.clone(),
+        host: prepared.host.clone(),
+    };
+    let outcome = tokio::task::spawn_blocking(move || converge(&engine, &spec, running, &follow))
         .await
         .map_err(|e| Error::Engine(format!("the engine's task failed: {e}")))?;
     match outcome {
@@ -166,8 +189,15 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
     Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(again))))
 }
 
-/// Makes the VM if it is not there (or finishes an interrupted create), then the power state.
-fn converge(engine: &Engine, spec: &VmSpec, running: bool) -> Result<nubo_engine::VmStatus, Refusal> {
+/// Whose console recorders a converge keeps: the controller's, for the VM's host.
+struct Follow {
+    consoles: Arc<crate::consoles::Consoles>,
+    host: String,
+}
+
+/// Makes the VM if it is not there (or finishes an interrupted create), then the power state;
+/// a VM meant to run has its console recorded before it is observed (CloudInitDone reads it).
+fn converge(engine: &Engine, spec: &VmSpec, running: bool, follow: &Follow) -> Result<nubo_engine::VmStatus, Refusal> {
     let name = spec.name.as_str();
     let mut quiet = |_e: nubo_engine::Event| {};
     let existing = match engine.observe_against(spec) {
@@ -195,6 +225,7 @@ fn converge(engine: &Engine, spec: &VmSpec, running: bool) -> Result<nubo_engine
                 .map_err(|e| classify(&e))?;
         }
     }
+    follow.consoles.follow(&follow.host, engine, name, running);
     engine.observe_against(spec).map_err(|e| classify(&e))
 }
 
@@ -343,7 +374,6 @@ async fn prepare(
     };
     // The host: the recorded one, else the reachable host with the most room.
     let mut reasons = Vec::new();
-    let mut chosen: Option<(ProviderHost, Arc<Engine>)> = None;
     let candidates: Vec<&ProviderHost> = match &old.host {
         Some(h) => match provider.spec.hosts.iter().find(|x| &x.name == h) {
             Some(x) => vec![x],
@@ -356,7 +386,7 @@ async fn prepare(
         },
         None => provider.spec.hosts.iter().collect(),
     };
-    let mut best_load = usize::MAX;
+    let mut reachable: Vec<(ProviderHost, Arc<Engine>, crate::hosts::Candidate)> = Vec::new();
     for h in candidates {
         let key = HostKey {
             namespace: pns.clone(),
@@ -370,24 +400,29 @@ async fn prepare(
                 continue;
             }
         };
-        // A scheduled VM stays where it is: its host is not probed again (the engine's own
+        // A scheduled VM stays where it is: its host is not asked again (the engine's own
         // calls say when it is unreachable), which spares a TLS connection per reconcile.
-        let checked = if old.host.is_some() {
-            Ok(())
+        let asked = if old.host.is_some() {
+            Ok(None)
         } else {
-            probe(engine.clone()).await
+            resources(engine.clone()).await
         };
-        match checked {
-            Ok(()) => {
-                let load = vms_on(&engine);
-                if load < best_load {
-                    best_load = load;
-                    chosen = Some((h.clone(), engine));
-                }
+        match asked {
+            Ok(free) => {
+                let c = crate::hosts::Candidate {
+                    free_memory: free.map(|r| r.free_memory),
+                    vms: vms_on(&engine),
+                };
+                reachable.push((h.clone(), engine, c));
             }
             Err(e) => reasons.push(format!("{}: {e}", h.name)),
         }
     }
+    // The reachable host with the most free memory (see hosts::choose).
+    let views: Vec<crate::hosts::Candidate> = reachable.iter().map(|(_, _, c)| c.clone()).collect();
+    let chosen = crate::hosts::choose(&views)
+        .map(|i| reachable.swap_remove(i))
+        .map(|(h, e, _)| (h, e));
     let Some((host, engine)) = chosen else {
         return Ok(Err(refuse(
             "HostUnreachable",
@@ -429,13 +464,15 @@ async fn prepare(
 }
 
 /// How many VMs this controller has on the host (its engine's records): the scheduling
-/// tie-breaker, and the measure while libvirt's free memory is not read (see the README).
+/// tie-breaker.
 fn vms_on(engine: &Engine) -> usize {
     std::fs::read_dir(engine.roots.vms()).map(|d| d.count()).unwrap_or(0)
 }
 
-async fn probe(engine: Arc<Engine>) -> Result<(), String> {
-    let task = tokio::task::spawn_blocking(move || Hosts::probe(&engine));
+/// The host's resources (`None` when its backend cannot report them), or why it is unreachable;
+/// bounded at 20 s.
+pub async fn resources(engine: Arc<Engine>) -> Result<Option<nubo_backend::HostResources>, String> {
+    let task = tokio::task::spawn_blocking(move || Hosts::resources(&engine));
     match tokio::time::timeout(Duration::from_secs(20), task).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(format!("probe failed: {e}")),
@@ -589,9 +626,14 @@ async fn delete(vm: &VirtualMachine, ctx: &Ctx, api: &Api<VirtualMachine>) -> Re
             Err(e) => return hold(vm, ctx, api, &old, blocked(format!("cannot remove the domain: {e}"))).await,
         };
         let dom = domain_name(&ns, &name);
-        let r = tokio::task::spawn_blocking(move || engine.remove(&dom, true, &mut |_| {}))
-            .await
-            .map_err(|e| Error::Engine(format!("the engine's task failed: {e}")))?;
+        let c = ctx.consoles.clone();
+        let h2 = host.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            c.forget(&h2, &dom);
+            engine.remove(&dom, true, &mut |_| {})
+        })
+        .await
+        .map_err(|e| Error::Engine(format!("the engine's task failed: {e}")))?;
         match r {
             Ok(_) | Err(EngineError::NotFound(_)) => {}
             Err(e) => {
@@ -767,6 +809,44 @@ mod tests {
         ] {
             assert_eq!(parse_quantity(q), None, "{q}");
         }
+    }
+
+    fn vm_naming(ns: &str, name: &str, user: Option<&str>, net: Option<&str>) -> Arc<VirtualMachine> {
+        let src = |s: &str| SecretSource {
+            secret_ref: SecretKeyRef {
+                name: s.into(),
+                key: "k".into(),
+            },
+        };
+        let mut vm = VirtualMachine::new(
+            name,
+            VirtualMachineSpec {
+                class_ref: NameRef { name: "c".into() },
+                image_ref: NameRef { name: "i".into() },
+                provider_ref: None,
+                running: true,
+                hostname: None,
+                user_data: user.map(src),
+                network_data: net.map(src),
+                ssh_keys: vec![],
+            },
+        );
+        vm.metadata.namespace = Some(ns.into());
+        Arc::new(vm)
+    }
+
+    #[test]
+    fn referrers_user_or_network_secret_same_namespace_only() {
+        let vms = [
+            vm_naming("a", "u", Some("s"), None),
+            vm_naming("a", "n", None, Some("s")),
+            vm_naming("a", "other", Some("t"), None),
+            vm_naming("b", "elsewhere", Some("s"), None),
+            vm_naming("a", "none", None, None),
+        ];
+        let names: Vec<String> = referrers(&vms, "a", "s").into_iter().map(|r| r.name).collect();
+        assert_eq!(names, ["u", "n"]);
+        assert!(referrers(&vms, "c", "s").is_empty());
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Resul
             ns,
             "--identity",
             id,
+            "--watch-secrets-in",
+            ns,
         ])
         .env("KUBECONFIG", &api.kubeconfig)
         .stdin(Stdio::null())

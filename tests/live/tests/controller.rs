@@ -13,15 +13,24 @@
 //!   rendered user-data (`${vm.uuid}` = the UUID);
 //! - the VMImage is Ready for the host; one with a wrong checksum is Failed, and it and a VM
 //!   using it (ImageChecksumMismatch) leave nothing in the pool and no partial file;
-//! - the Secret changed: SeedCurrent=False, the seed volume unchanged;
+//! - the Providers' status: the reachable host's free memory and CPUs, the unreachable one's
+//!   reason;
+//! - the Secret changed: SeedCurrent=False promptly (the controller watches the namespace's
+//!   Secrets), the seed volume unchanged;
 //! - the controller killed mid-create, restarted: one domain;
-//! - `running: true` starts that domain, `running: false` stops it (the only boot, not awaited);
+//! - `running: true` starts that domain, `running: false` stops it (not awaited);
 //! - two replicas: one leads (readyz), the other takes over when the first is killed;
 //! - delete: the finalizer removes domain, seed and disk volumes, leaves the base volume;
+//! - libvirtd restarted under the running VM: the controller deletes through the new one;
+//! - a VMImage's deletion is held (InUse naming its VMs) until its last VM is deleted;
 //! - no Secret byte in the controller's log, Events or status.
 //!
-//! One guest is started and stopped, never awaited: every other check needs only a defined
-//! domain (CloudInitDone on a remote host follows the engine's remote readiness).
+//! - the efi VM, started after the last takeover, reaches CloudInitDone=True through the
+//!   controller's console recorder (cloud-init's closing line as evidence); its DHCP lease bears
+//!   the spec's hostname and the instance-id it prints on its console is `status.uuid`.
+//!
+//! One guest boots to cloud-init done (UEFI: bios over TLS is proven by remote_libvirt), one is
+//! started and stopped without waiting; every other check needs only a defined domain.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -39,6 +48,10 @@ const MARKER: &str = "nubo-secret-marker-5f1e";
 const FIRST: Duration = Duration::from_secs(600);
 const QUICK: Duration = Duration::from_secs(120);
 const POOL: &str = "k8spool";
+/// What the booted guest prints before its instance-id on the console (its user-data's runcmd).
+const IID: &str = "nubo-k8s-instance-id";
+/// One TCG boot over TLS through UEFI, to cloud-init done.
+const BOOT: Duration = Duration::from_secs(600);
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
@@ -174,7 +187,7 @@ fn controller() -> TestResult {
     let t = Instant::now();
     let api = ApiServer::start()?;
     println!("timing apiserver start: {:.1}s", t.elapsed().as_secs_f64());
-    let lv = Libvirtd::start_with(Options {
+    let mut lv = Libvirtd::start_with(Options {
         tls: Some(TlsListen { net: "10.250.78" }),
         ..Options::default()
     })?;
@@ -195,7 +208,7 @@ fn controller() -> TestResult {
     let url = serve(image.qcow2.clone())?;
     let ns = format!("nubo-test-{}", std::process::id());
     let state = tempfile::tempdir_in("/var/tmp").map_err(|e| format!("temp dir: {e}"))?;
-    let r = cases(&api, &lv, &uri, &tls_dir, &url, &image.digest, &ns, state.path());
+    let r = cases(&api, &mut lv, &uri, &tls_dir, &url, &image.digest, &ns, state.path());
     if r.is_err() {
         for f in std::fs::read_dir(api.dir()).into_iter().flatten().flatten() {
             if f.file_name().to_string_lossy().starts_with("controller-") {
@@ -210,7 +223,7 @@ fn controller() -> TestResult {
 #[allow(clippy::too_many_arguments)]
 fn cases(
     api: &ApiServer,
-    lv: &Libvirtd,
+    lv: &mut Libvirtd,
     uri: &str,
     tls: &Path,
     url: &str,
@@ -314,6 +327,15 @@ stringData:
   bad: |
     #cloud-config
     # ${{vm.password}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: boot, namespace: {ns}}}
+stringData:
+  user-data: |
+    #cloud-config
+    runcmd:
+      - [sh, -c, 'echo "{IID} $(cat /var/lib/cloud/data/instance-id)" > /dev/console']
 "#
     ))?;
 
@@ -384,8 +406,8 @@ spec:
         return Err(format!("kubectl get vm: {}", columns.stdout));
     }
 
-    // An efi class: the domain boots through UEFI firmware (defined only, not booted).
-    api.apply(&vm("ve", &format!("{ns}-efi"), "lab", false, "user-data"))?;
+    // An efi class: the domain boots through UEFI firmware (defined here, booted in step 9).
+    api.apply(&vm("ve", &format!("{ns}-efi"), "lab", false, "user-data").replace("name: ud,", "name: boot,"))?;
     let ve = wait_cond(api, ns, "ve", "Provisioned", "True", None, QUICK)?;
     let ve_dom = domain_of(lv, ve["status"]["uuid"].as_str().unwrap_or_default())?;
     let xml = lv.virsh(&["dumpxml", &ve_dom])?.require()?.stdout;
@@ -483,7 +505,25 @@ spec:
         return Err(format!("the unknown placeholder is not named: {unknown}"));
     }
 
-    // 5. The Secret changes: SeedCurrent=False, the seed is not rewritten.
+    // The Providers' status: hv1 reachable with the memory and CPUs libvirt reports (what
+    // scheduling reads), hv9 unreachable with the reason.
+    let lab = wait_json(api, ns, "provider", "lab", "/status/hosts/0/name", "hv1", QUICK)?;
+    let h = &lab["status"]["hosts"][0];
+    let free = h["capacity"]["freeMemoryBytes"].as_u64().unwrap_or(0);
+    let total = h["capacity"]["memoryBytes"].as_u64().unwrap_or(0);
+    if h["reachable"] != true || free == 0 || free > total || h["capacity"]["cpus"].as_u64().unwrap_or(0) == 0 {
+        return Err(format!("provider lab's status: {}", lab["status"]));
+    }
+    let down = wait_json(api, ns, "provider", "down", "/status/hosts/0/name", "hv9", QUICK)?;
+    let h = &down["status"]["hosts"][0];
+    if h["reachable"] != false || h["reason"].as_str().unwrap_or_default().is_empty() {
+        return Err(format!("provider down's status: {}", down["status"]));
+    }
+    println!("provider status: lab {} / down {}", lab["status"]["hosts"], h);
+
+    // 5. The Secret changes: SeedCurrent=False, the seed is not rewritten. The controller
+    // watches the namespace's Secrets: va follows before its 30 s poll would come.
+    let t_secret = Instant::now();
     api.kubectl(&[
         "-n",
         ns,
@@ -495,7 +535,12 @@ spec:
         r##"{"stringData":{"user-data":"#cloud-config\n# changed\n"}}"##,
     ])?
     .require()?;
-    wait_cond(api, ns, "va", "SeedCurrent", "False", None, QUICK)?;
+    wait_cond(api, ns, "va", "SeedCurrent", "False", None, Duration::from_secs(20))
+        .map_err(|e| format!("the Secret watch did not bring va's reconcile: {e}"))?;
+    println!(
+        "timing Secret change to SeedCurrent=False: {:.1}s",
+        t_secret.elapsed().as_secs_f64()
+    );
     if vol_bytes(lv, &seed_vol)? != seed {
         return Err("the seed volume was rewritten after the Secret changed".into());
     }
@@ -568,7 +613,22 @@ spec:
     wait_ready(&mut b, Duration::from_secs(60))?;
     println!("timing takeover: {:.1}s", t.elapsed().as_secs_f64());
 
-    // 9. Delete: domain, seed and disk gone; the base stays.
+    // 9. The one boot, after the last takeover (what a guest prints while no controller
+    // records its console is not kept): ve, through UEFI, to CloudInitDone=True.
+    let t_boot = Instant::now();
+    api.kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "vm",
+        "ve",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"running":true}}"#,
+    ])?
+    .require()?;
+
+    // 10. Delete (while ve boots): domain, seed and disk gone; the base stays.
     api.kubectl(&["-n", ns, "delete", "vm", "va", "--timeout=120s"])?
         .require()?;
     let vols = volumes(lv)?;
@@ -579,7 +639,83 @@ spec:
         return Err(format!("the base volume went with the VM: {vols:?}"));
     }
 
-    // 10. The Secret's marker is nowhere but in the seed.
+    // The image's deletion is held while VMs name it (ve boots meanwhile).
+    api.kubectl(&["-n", ns, "delete", "vmimage", "debian-12", "--wait=false"])?
+        .require()?;
+    let deadline = Instant::now() + QUICK;
+    loop {
+        let img = api
+            .kubectl(&["-n", ns, "get", "vmimage", "debian-12", "-o", "json"])?
+            .require()?;
+        let img = nubo_live::cli::json(&img.stdout, "kubectl get vmimage")?;
+        let held = img["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "InUse" && c["status"] == "True"))
+            .and_then(|c| c["message"].as_str().map(str::to_owned));
+        if let Some(m) = held {
+            // The VMs named: every one whose imageRef is debian-12 (the refused ones too).
+            let named: Vec<&str> = m
+                .split_once(": ")
+                .and_then(|(_, rest)| rest.split_once(';'))
+                .map(|(list, _)| list.split(", ").collect())
+                .unwrap_or_default();
+            if named != ["nc", "np", "ns", "nt", "nu", "ve", "vk"] {
+                return Err(format!("the hold does not name the VMs using the image: {m}"));
+            }
+            println!("vmimage debian-12 held: {m}");
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("vmimage debian-12 is not held: {}", img["status"]));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    booted(api, lv, ns, "ve", &ve_dom, state)?;
+    println!(
+        "timing efi boot to CloudInitDone: {:.1}s",
+        t_boot.elapsed().as_secs_f64()
+    );
+
+    // libvirtd restarted under the running ve: the controller goes on with the new one (the
+    // deletions below go through it).
+    lv.restart()?;
+
+    // The last VMs using the image go (ve running): the image is released.
+    api.kubectl(&[
+        "-n",
+        ns,
+        "delete",
+        "vm",
+        "ve",
+        "vk",
+        "nc",
+        "np",
+        "ns",
+        "nt",
+        "nu",
+        "--timeout=120s",
+    ])?
+    .require()?;
+    let deadline = Instant::now() + QUICK;
+    loop {
+        let out = api.kubectl(&["-n", ns, "get", "vmimage", "debian-12"])?;
+        if !out.ok && out.stderr.contains("NotFound") {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "vmimage debian-12 outlived its last VM: {} {}",
+                out.stdout, out.stderr
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    if domains(lv)?.contains(&ve_dom) {
+        return Err(format!("deleting the running ve left its domain {ve_dom}"));
+    }
+
+    // 11. The Secret's marker is nowhere but in the seed.
     let events = api.kubectl(&["-n", ns, "get", "events", "-o", "yaml"])?.require()?;
     let vms = api.kubectl(&["-n", ns, "get", "vm", "-o", "yaml"])?.require()?;
     let key = std::fs::read_to_string(tls.join("clientkey.pem")).map_err(|e| e.to_string())?;
@@ -595,5 +731,58 @@ spec:
         }
     }
     drop(b);
+    Ok(())
+}
+
+/// VM `name` (domain `dom`) reaches CloudInitDone=True through the controller, with cloud-init's
+/// closing line as evidence; its DHCP lease bears the spec's hostname and the instance-id the
+/// guest prints on its console (recorded by the controller under `state`) is `status.uuid`.
+fn booted(api: &ApiServer, lv: &Libvirtd, ns: &str, name: &str, dom: &str, state: &Path) -> TestResult {
+    let v = wait_cond(api, ns, name, "CloudInitDone", "True", None, BOOT)?;
+    let c = condition(&v, "CloudInitDone").unwrap_or_default();
+    let evidence = c["message"].as_str().unwrap_or_default();
+    println!("{name}: CloudInitDone: {evidence}");
+    if !evidence.contains("DataSourceNoCloud") {
+        return Err(format!("{name}: cloud-init did not read the seed: {c}"));
+    }
+    let uuid = v["status"]["uuid"].as_str().unwrap_or_default().to_owned();
+    let hostname = v["spec"]["hostname"].as_str().unwrap_or(name).to_owned();
+    let iflist = lv.virsh(&["domiflist", dom])?.require()?.stdout;
+    let mac = iflist
+        .split_whitespace()
+        .find(|w| w.len() == 17 && w.matches(':').count() == 5)
+        .ok_or_else(|| format!("no MAC in domiflist {dom}:\n{iflist}"))?
+        .to_owned();
+    let leases = lv.virsh(&["net-dhcp-leases", "default"])?.require()?.stdout;
+    let lease = leases
+        .lines()
+        .find(|l| l.contains(&mac))
+        .ok_or_else(|| format!("no lease of {mac} on the host's network:\n{leases}"))?;
+    if !lease.split_whitespace().any(|w| w == hostname) {
+        return Err(format!("the lease of {mac} does not bear hostname {hostname}: {lease}"));
+    }
+    let logs: Vec<String> = walk(state)
+        .into_iter()
+        .filter(|p| p.ends_with(&format!("/{dom}/console.log")))
+        .collect();
+    let [log] = logs.as_slice() else {
+        return Err(format!(
+            "want one console log of {dom} under the controller's state: {logs:?}"
+        ));
+    };
+    // Firmware writes bytes that are not UTF-8 to the serial console.
+    let bytes = std::fs::read(log).map_err(|e| format!("{log}: {e}"))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let iid = text
+        .lines()
+        // A UUID's 36 characters: the serial line may carry other output after it.
+        .find_map(|l| {
+            l.split_once(&format!("{IID} "))
+                .map(|(_, id)| id.trim().chars().take(36).collect::<String>())
+        })
+        .ok_or_else(|| format!("the recorded console {log} has no `{IID}` line"))?;
+    if iid != uuid {
+        return Err(format!("the guest's instance-id {iid:?} is not status.uuid {uuid}"));
+    }
     Ok(())
 }

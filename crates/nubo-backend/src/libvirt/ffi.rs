@@ -35,6 +35,20 @@ struct VirDhcpLease {
     clientid: *mut c_char,
 }
 
+/// `virNodeInfo`.
+#[repr(C)]
+struct VirNodeInfo {
+    model: [c_char; 32],
+    /// KiB.
+    memory: c_ulong,
+    cpus: c_uint,
+    mhz: c_uint,
+    nodes: c_uint,
+    sockets: c_uint,
+    cores: c_uint,
+    threads: c_uint,
+}
+
 type Ptr = *mut c_void;
 
 /// The functions nubo uses, resolved once.
@@ -48,6 +62,8 @@ struct Api {
     connect_get_lib_version: unsafe extern "C" fn(Ptr, *mut c_ulong) -> c_int,
     connect_get_version: unsafe extern "C" fn(Ptr, *mut c_ulong) -> c_int,
     connect_get_uri: unsafe extern "C" fn(Ptr) -> *mut c_char,
+    node_get_free_memory: unsafe extern "C" fn(Ptr) -> u64,
+    node_get_info: unsafe extern "C" fn(Ptr, *mut VirNodeInfo) -> c_int,
     connect_get_domain_capabilities:
         unsafe extern "C" fn(Ptr, *const c_char, *const c_char, *const c_char, *const c_char, c_uint) -> *mut c_char,
     domain_lookup_by_name: unsafe extern "C" fn(Ptr, *const c_char) -> Ptr,
@@ -162,6 +178,8 @@ fn load() -> Result<Api, String> {
         connect_get_lib_version: sym!(lib, "virConnectGetLibVersion"),
         connect_get_version: sym!(lib, "virConnectGetVersion"),
         connect_get_uri: sym!(lib, "virConnectGetURI"),
+        node_get_free_memory: sym!(lib, "virNodeGetFreeMemory"),
+        node_get_info: sym!(lib, "virNodeGetInfo"),
         connect_get_domain_capabilities: sym!(lib, "virConnectGetDomainCapabilities"),
         domain_lookup_by_name: sym!(lib, "virDomainLookupByName"),
         domain_define_xml: sym!(lib, "virDomainDefineXML"),
@@ -363,6 +381,23 @@ impl Connection {
         check(self.api, unsafe { (self.api.connect_get_version)(self.ptr, &mut hv) })?;
         let v = |n: c_ulong| format!("{}.{}.{}", n / 1_000_000, n / 1000 % 1000, n % 1000);
         Ok((v(lib), v(hv)))
+    }
+
+    /// The host's free memory and total memory (bytes) and its CPUs.
+    pub fn node_resources(&self) -> Result<(u64, u64, u32), VirtError> {
+        // SAFETY: live connection. 0 is libvirt's error return (a host with no free byte
+        // reads as an error too, which is no loss for a scheduler).
+        let free = unsafe { (self.api.node_get_free_memory)(self.ptr) };
+        if free == 0 {
+            return Err(last_error(self.api));
+        }
+        // SAFETY: live connection; the out-struct is plain data libvirt fills.
+        let mut info: VirNodeInfo = unsafe { std::mem::zeroed() };
+        check(self.api, unsafe { (self.api.node_get_info)(self.ptr, &mut info) })?;
+        // c_ulong is 32 bits on some targets.
+        #[allow(clippy::useless_conversion)]
+        let kib = u64::from(info.memory);
+        Ok((free, kib.saturating_mul(1024), info.cpus))
     }
 
     pub fn uri(&self) -> Result<String, VirtError> {

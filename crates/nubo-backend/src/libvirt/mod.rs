@@ -444,6 +444,7 @@ impl Backend for LibvirtBackend {
                 Capability::NamedNetworks,
                 Capability::PortForwards,
                 Capability::RestrictedNetwork,
+                Capability::HostResources,
             ],
             OPTIONS,
         )
@@ -451,6 +452,18 @@ impl Backend for LibvirtBackend {
 
     fn host_checks(&self) -> Vec<HostCheck> {
         checks(self)
+    }
+
+    fn host_resources(&self) -> Result<crate::HostResources, BackendError> {
+        let uri = self.uri();
+        let (free_memory, total_memory, cpus) = connect(&uri)?
+            .node_resources()
+            .map_err(|e| unavailable(format!("libvirt at `{uri}` did not report its memory: {e}")))?;
+        Ok(crate::HostResources {
+            free_memory,
+            total_memory,
+            cpus,
+        })
     }
 
     fn mount_transport(&self) -> Result<(crate::MountTransport, Option<String>), BackendError> {
