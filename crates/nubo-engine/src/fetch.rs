@@ -127,6 +127,53 @@ mod tests {
     }
 
     #[test]
+    fn pull_fetcher_with_a_cancelled_token_pulls_nothing_and_says_cancelled() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = serve(vec![7u8; 1 << 20]);
+        let fetcher = PullFetcher {
+            images: dir.path().join("images"),
+            config: PullConfig::default(),
+        };
+        let cancel = nubo_core::Cancel::new();
+        cancel.cancel();
+
+        let err = fetcher
+            .fetch(
+                &Fetch::Url {
+                    url,
+                    checksum: Some(format!("sha256:{}", "0".repeat(64))),
+                    insecure_no_checksum: false,
+                    allow_http: true,
+                },
+                &cancel,
+                &mut |_| {},
+            )
+            .err()
+            .unwrap();
+
+        let text = anyhow_chain(&err);
+        assert!(text.contains("the pull was cancelled"), "{text}");
+        assert!(text.contains("nothing was downloaded"), "{text}");
+        assert!(nubo_image::ImageStore::open(&dir.path().join("images"))
+            .unwrap()
+            .list()
+            .unwrap()
+            .is_empty());
+    }
+
+    /// `err` and its sources, one line.
+    fn anyhow_chain(err: &dyn std::error::Error) -> String {
+        let mut out = err.to_string();
+        let mut cur = err.source();
+        while let Some(e) = cur {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            cur = e.source();
+        }
+        out
+    }
+
+    #[test]
     fn pull_fetcher_url_with_checksum_pulls_into_store() {
         let dir = tempfile::tempdir().unwrap();
         let disk = dir.path().join("src.qcow2");
@@ -148,6 +195,7 @@ mod tests {
                     insecure_no_checksum: false,
                     allow_http: true,
                 },
+                &nubo_core::Cancel::new(),
                 &mut |e| steps.push(format!("{e:?}")),
             )
             .unwrap();
@@ -170,7 +218,10 @@ mod tests {
         };
         let r = nubo_image::OciRef::parse("127.0.0.1:1/team/vm:1").unwrap();
 
-        let err = fetcher.fetch(&Fetch::Oci(r), &mut |_| {}).err().unwrap();
+        let err = fetcher
+            .fetch(&Fetch::Oci(r), &nubo_core::Cancel::new(), &mut |_| {})
+            .err()
+            .unwrap();
 
         let chain = error_chain(&err);
         assert!(chain.contains("daemon-auth.json"), "{chain}");
@@ -201,7 +252,9 @@ mod tests {
         let mut steps: Vec<String> = Vec::new();
 
         let err = fetcher
-            .fetch(&Fetch::Oci(r), &mut |e| steps.push(format!("{e:?}")))
+            .fetch(&Fetch::Oci(r), &nubo_core::Cancel::new(), &mut |e| {
+                steps.push(format!("{e:?}"))
+            })
             .err()
             .unwrap();
 
