@@ -43,10 +43,18 @@ pub struct Ctx {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The apiserver's error in the message, not chained as a source: statuses and logs print
+    /// it with `{}`, and `{:#}` would print it twice.
     #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
+    Kube(kube::Error),
     #[error("{0}")]
     Engine(String),
+}
+
+impl From<kube::Error> for Error {
+    fn from(e: kube::Error) -> Error {
+        Error::Kube(e)
+    }
 }
 
 /// Requeue delays with ±20 % jitter, so many VMs refused together do not retry together; an
