@@ -411,6 +411,23 @@ pub struct ByHand {
     pub while_stopped: bool,
 }
 
+impl ByHand {
+    /// `qemu-img snapshot -d NAME OVERLAY`, with the VM stopped: for backends whose snapshots
+    /// live in the qcow2 overlay's own table.
+    pub fn qcow2_snapshot_delete(spec: &MachineSpec, name: &str) -> ByHand {
+        ByHand {
+            argv: vec![
+                "qemu-img".into(),
+                "snapshot".into(),
+                "-d".into(),
+                name.into(),
+                spec.disk.overlay.to_string_lossy().into_owned(),
+            ],
+            while_stopped: true,
+        }
+    }
+}
+
 /// What restoring a snapshot did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Restored {

@@ -935,16 +935,7 @@ impl Backend for LibvirtBackend {
 
     /// Its snapshots live in the qcow2 overlay's table.
     fn snapshot_delete_by_hand(&self, _vm: &VmRef, spec: &MachineSpec, name: &str) -> Option<crate::ByHand> {
-        Some(crate::ByHand {
-            argv: vec![
-                "qemu-img".into(),
-                "snapshot".into(),
-                "-d".into(),
-                name.into(),
-                spec.disk.overlay.to_string_lossy().into_owned(),
-            ],
-            while_stopped: true,
-        })
+        Some(crate::ByHand::qcow2_snapshot_delete(spec, name))
     }
 
     fn snapshot_list(&self, vm: &VmRef, spec: &MachineSpec) -> Result<Vec<BackendSnapshot>, BackendError> {
