@@ -1101,7 +1101,7 @@ impl LibvirtBackend {
             .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
         Ok(Box::new(Console {
             stream: std::sync::Arc::new(stream),
-            _conn: std::sync::Arc::new(conn),
+            _conn: conn,
         }))
     }
 }
