@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod provider;
 pub mod render;
+pub mod trace;
 pub mod types;
 pub mod vm;
 

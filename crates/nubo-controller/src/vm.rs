@@ -89,12 +89,15 @@ struct Prepared {
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let t = Instant::now();
-    let r = reconcile_inner(&vm, &ctx).await;
+    let mut tr = crate::trace::Phases::start();
+    let r = reconcile_inner(&vm, &ctx, &mut tr).await;
     ctx.metrics.observe("virtualmachine", t.elapsed(), r.is_err());
+    let key = format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any());
+    tr.report("virtualmachine", &key, &format!("{r:?}"));
     r
 }
 
-async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error> {
+async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::Phases) -> Result<Action, Error> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let api: Api<VirtualMachine> = Api::namespaced(ctx.client.clone(), &ns);
@@ -106,13 +109,16 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
         fins.push(FINALIZER.to_owned());
         let patch = json!({"metadata": {"finalizers": fins, "resourceVersion": vm.resource_version()}});
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        tr.mark("finalizer");
         // The update triggers the next reconcile.
         return Ok(Action::await_change());
     }
     let old = vm.status.clone().unwrap_or_default();
     let mut status = old.clone();
     status.observed_generation = vm.meta().generation;
-    let prepared = match prepare(vm, ctx, &old).await? {
+    let prepared = prepare(vm, ctx, &old).await;
+    tr.mark("prepare");
+    let prepared = match prepared? {
         Ok(p) => p,
         Err(r) => {
             set(&mut status, vm, "Provisioned", "False", r.reason, &r.message);
@@ -136,6 +142,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
         );
         status.phase = Some("Provisioning".into());
         apply_status(&api, &name, &status, &ctx.manager).await?;
+        tr.mark("status");
     }
     let running = vm.spec.running;
     let engine = prepared.engine.clone();
@@ -147,6 +154,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
     let outcome = tokio::task::spawn_blocking(move || converge(&engine, &spec, running, &follow))
         .await
         .map_err(|e| Error::Engine(format!("the engine's task failed: {e}")))?;
+    tr.mark("engine");
     match outcome {
         Ok(st) => {
             status.uuid = Some(st.uuid.clone());
@@ -177,8 +185,10 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx) -> Result<Action, Error
         }
     }
     publish(ctx, vm, &old, &status).await;
+    tr.mark("events");
     if status != old {
         apply_status(&api, &name, &status, &ctx.manager).await?;
+        tr.mark("status");
     }
     // Readiness and the Secret's changes are polled: a VM not yet CloudInitDone soon, others slowly.
     let done = status
@@ -200,33 +210,53 @@ struct Follow {
 fn converge(engine: &Engine, spec: &VmSpec, running: bool, follow: &Follow) -> Result<nubo_engine::VmStatus, Refusal> {
     let name = spec.name.as_str();
     let mut quiet = |_e: nubo_engine::Event| {};
+    let mut tr = crate::trace::Phases::start();
+    let r = converge_traced(engine, spec, running, follow, &mut tr, &mut quiet);
+    tr.report("engine", name, if r.is_ok() { "ok" } else { "refused" });
+    r
+}
+
+fn converge_traced(
+    engine: &Engine,
+    spec: &VmSpec,
+    running: bool,
+    follow: &Follow,
+    tr: &mut crate::trace::Phases,
+    quiet: &mut dyn FnMut(nubo_engine::Event),
+) -> Result<nubo_engine::VmStatus, Refusal> {
+    let name = spec.name.as_str();
     let existing = match engine.observe_against(spec) {
         Ok(st) => Some(st),
         Err(EngineError::NotFound(_)) => None,
         Err(e) => return Err(classify(&e)),
     };
+    tr.mark("observe");
     let creating = existing
         .as_ref()
         .is_none_or(|st| st.phase == nubo_engine::record::Phase::Creating);
     if creating {
         let made = if running {
-            engine.create(spec, &mut quiet)
+            engine.create(spec, quiet)
         } else {
-            engine.create_stopped(spec, &mut quiet)
+            engine.create_stopped(spec, quiet)
         };
+        tr.mark("create");
         made.map_err(|e| classify(&e))?;
     } else if let Some(st) = &existing {
         let on = st.domain.state.as_deref() == Some("running");
         if running && !on {
-            engine.start(name, &mut quiet).map_err(|e| classify(&e))?;
+            engine.start(name, quiet).map_err(|e| classify(&e))?;
         } else if !running && on {
             engine
-                .stop(name, false, Duration::from_secs(60), &mut quiet)
+                .stop(name, false, Duration::from_secs(60), quiet)
                 .map_err(|e| classify(&e))?;
         }
     }
     follow.consoles.follow(&follow.host, engine, name, running);
-    engine.observe_against(spec).map_err(|e| classify(&e))
+    tr.mark("console");
+    let st = engine.observe_against(spec).map_err(|e| classify(&e));
+    tr.mark("observe");
+    st
 }
 
 /// An engine error as a condition. Seed errors may quote the user-data (a Secret's bytes):

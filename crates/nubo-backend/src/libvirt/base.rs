@@ -148,11 +148,52 @@ fn users(pool: &StoragePool, pool_name: &str, path: &str) -> Result<Vec<String>,
     Ok(out)
 }
 
+/// The base volumes this process verified (read back and hashed, or uploaded and hashed), by
+/// URI, pool and volume name, with the volume's [`volume_fingerprint`] then: a volume that
+/// still has that fingerprint holds the same bytes, so the next VM's create on that host does
+/// not read the whole base back again (the controller makes many VMs per host; each read-back
+/// took seconds over TLS and ran under the upload turn, one create at a time).
+///
+/// [`volume_fingerprint`]: super::xml::volume_fingerprint
+#[derive(Default)]
+pub struct Verified(std::sync::Mutex<std::collections::HashMap<(String, String, String), String>>);
+
+impl Verified {
+    fn key(uri: &str, pool: &str, name: &str) -> (String, String, String) {
+        (uri.to_owned(), pool.to_owned(), name.to_owned())
+    }
+
+    /// Whether `vol` still has the fingerprint it had when this process verified it.
+    fn holds(&self, uri: &str, pool: &str, name: &str, vol: &StorageVol) -> bool {
+        let Some(now) = vol.xml().ok().and_then(|x| super::xml::volume_fingerprint(&x)) else {
+            return false;
+        };
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.get(&Self::key(uri, pool, name)) == Some(&now)
+    }
+
+    /// Records `vol` as verified now (nothing when its pool reports no fingerprint).
+    fn record(&self, uri: &str, pool: &str, name: &str, vol: &StorageVol) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match vol.xml().ok().and_then(|x| super::xml::volume_fingerprint(&x)) {
+            Some(f) => m.insert(Self::key(uri, pool, name), f),
+            None => m.remove(&Self::key(uri, pool, name)),
+        };
+    }
+
+    fn forget(&self, uri: &str, pool: &str, name: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.remove(&Self::key(uri, pool, name));
+    }
+}
+
 /// The verified base volume for `base` (of `format`) in `pool` (named `pool_name`): reused if
-/// one of its name verifies, else uploaded and verified. Nothing half-made is left: a failed
-/// upload or verification deletes the volume it made.
+/// one of its name verifies, else uploaded and verified; one this process verified before
+/// (`verified`, at `uri`) and unchanged since is not read back again. Nothing half-made is
+/// left: a failed upload or verification deletes the volume it made.
 pub fn ensure(
     conn: &Connection,
+    (uri, verified): (&str, &Verified),
     pool: &StoragePool,
     pool_name: &str,
     base: &Path,
@@ -173,13 +214,21 @@ pub fn ensure(
         .map_err(remote(format!("looking up base volume `{name}`")))?
     {
         let path = v.path().map_err(remote(format!("base volume `{name}`")))?;
+        if verified.holds(uri, pool_name, &name, &v) {
+            return Ok(BaseVolume {
+                name,
+                path,
+                uploaded: false,
+            });
+        }
         match verify(conn, &v, &name, len, &digest)? {
             None => {
+                verified.record(uri, pool_name, &name, &v);
                 return Ok(BaseVolume {
                     name,
                     path,
                     uploaded: false,
-                })
+                });
             }
             // An upload killed half-way (its process could not delete it): made again, unless
             // disks back onto it (then deleting it would pull the floor from under them).
@@ -194,6 +243,7 @@ pub fn ensure(
                         ),
                     ));
                 }
+                verified.forget(uri, pool_name, &name);
                 v.delete()
                     .map_err(remote(format!("deleting the unverified base volume `{name}`")))?
             }
@@ -203,11 +253,14 @@ pub fn ensure(
         .create_volume(&render::base_volume(&name, len))
         .map_err(remote(format!("creating base volume `{name}` in pool `{pool_name}`")))?;
     match upload(conn, &vol, &name, base, len, &digest) {
-        Ok(path) => Ok(BaseVolume {
-            name,
-            path,
-            uploaded: true,
-        }),
+        Ok(path) => {
+            verified.record(uri, pool_name, &name, &vol);
+            Ok(BaseVolume {
+                name,
+                path,
+                uploaded: true,
+            })
+        }
         Err(e) => {
             let _ = vol.delete();
             Err(e)
@@ -323,6 +376,31 @@ pub fn backing_of(pool: &StoragePool, disk: &str) -> Result<Option<String>, Back
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn vol_xml(mtime: &str) -> String {
+        format!(
+            "<volume type='file'><name>nubo-base-0123456789abcdef.qcow2</name>\
+             <key>/pool/nubo-base-0123456789abcdef.qcow2</key><capacity unit='bytes'>4096</capacity>\
+             <target><path>/pool/nubo-base-0123456789abcdef.qcow2</path>{mtime}</target></volume>"
+        )
+    }
+
+    #[test]
+    fn volume_fingerprint_moves_with_mtime_and_needs_one() {
+        let t = |m: &str| format!("<timestamps><atime>1.5</atime><mtime>{m}</mtime></timestamps>");
+        let a = super::super::xml::volume_fingerprint(&vol_xml(&t("1700000000.123456789")));
+        let b = super::super::xml::volume_fingerprint(&vol_xml(&t("1700000000.123456790")));
+
+        assert!(a.is_some());
+        assert_ne!(a, b);
+        // No mtime (not a file) or unreadable XML: no fingerprint, so the volume is read back.
+        assert_eq!(super::super::xml::volume_fingerprint(&vol_xml("")), None);
+        assert_eq!(
+            super::super::xml::volume_fingerprint(&vol_xml("<timestamps><mtime></mtime></timestamps>")),
+            None
+        );
+        assert_eq!(super::super::xml::volume_fingerprint("<volume"), None);
+    }
 
     #[test]
     fn volume_name_takes_sixteen_hex_of_the_digest() {

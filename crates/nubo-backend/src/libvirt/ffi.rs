@@ -59,6 +59,7 @@ struct Api {
     reset_last_error: unsafe extern "C" fn(),
     connect_open: unsafe extern "C" fn(*const c_char) -> Ptr,
     connect_close: unsafe extern "C" fn(Ptr) -> c_int,
+    connect_is_alive: unsafe extern "C" fn(Ptr) -> c_int,
     connect_get_lib_version: unsafe extern "C" fn(Ptr, *mut c_ulong) -> c_int,
     connect_get_version: unsafe extern "C" fn(Ptr, *mut c_ulong) -> c_int,
     connect_get_uri: unsafe extern "C" fn(Ptr) -> *mut c_char,
@@ -175,6 +176,7 @@ fn load() -> Result<Api, String> {
         reset_last_error: sym!(lib, "virResetLastError"),
         connect_open: sym!(lib, "virConnectOpen"),
         connect_close: sym!(lib, "virConnectClose"),
+        connect_is_alive: sym!(lib, "virConnectIsAlive"),
         connect_get_lib_version: sym!(lib, "virConnectGetLibVersion"),
         connect_get_version: sym!(lib, "virConnectGetVersion"),
         connect_get_uri: sym!(lib, "virConnectGetURI"),
@@ -367,6 +369,13 @@ impl Connection {
         let c = cstring(uri.as_str())?;
         // SAFETY: a valid NUL-terminated URI.
         Connection::wrap(api, unsafe { (api.connect_open)(c.as_ptr()) })
+    }
+
+    /// Whether the connection is still open: a local check (no call to the daemon), false once
+    /// a call found the socket closed (the daemon restarted, the network dropped it).
+    pub fn is_alive(&self) -> bool {
+        // SAFETY: live connection.
+        unsafe { (self.api.connect_is_alive)(self.ptr) == 1 }
     }
 
     /// libvirt's version as `major.minor.micro`, and the hypervisor's.

@@ -16,9 +16,11 @@ pub mod render;
 pub mod tls;
 pub mod xml;
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nubo_core::VmState;
@@ -50,11 +52,36 @@ const MAX_SEED: usize = 64 << 20;
 pub struct LibvirtBackend {
     /// `NUBO_LIBVIRT_URI`, when set.
     pub default_uri: Option<ConnectUri>,
+    /// Open connections by URI, shared by this backend's calls and threads (libvirt's
+    /// connections are thread-safe): over TLS each new one costs a handshake, and a long-lived
+    /// process (the controller) makes many calls per VM. One found closed is opened again.
+    conns: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Base volumes verified by this process ([`base::Verified`]).
+    verified: base::Verified,
 }
 
 impl LibvirtBackend {
     pub fn new(default_uri: Option<ConnectUri>) -> LibvirtBackend {
-        LibvirtBackend { default_uri }
+        LibvirtBackend {
+            default_uri,
+            conns: Mutex::new(HashMap::new()),
+            verified: base::Verified::default(),
+        }
+    }
+
+    /// The open connection to `uri`, else a new one. A connection whose socket was found
+    /// closed by a call (a daemon restart) is replaced; that one call failed, the next works.
+    fn conn(&self, uri: &ConnectUri) -> Result<Arc<Connection>, BackendError> {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = conns.get(uri.as_str()) {
+            if c.is_alive() {
+                return Ok(c.clone());
+            }
+        }
+        conns.remove(uri.as_str());
+        let c = Arc::new(connect(uri)?);
+        conns.insert(uri.as_str().to_owned(), c.clone());
+        Ok(c)
     }
 
     /// From its [`LibvirtConfig`] in `config` (the default when none is set).
@@ -212,12 +239,12 @@ impl LibvirtBackend {
         &self,
         spec: &MachineSpec,
         state: &serde_json::Value,
-    ) -> Result<(LibvirtState, Connection, ffi::StoragePool), BackendError> {
+    ) -> Result<(LibvirtState, Arc<Connection>, ffi::StoragePool), BackendError> {
         let st: LibvirtState = serde_json::from_value(state.clone()).map_err(|e| BackendError::BadState {
             name: spec.name.clone(),
             detail: e.to_string(),
         })?;
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         let pool = self.ensure_pool(&conn, spec)?;
         Ok((st, conn, pool))
     }
@@ -499,7 +526,7 @@ impl Backend for LibvirtBackend {
                 "a libvirt network there (--network NAME) and `nubo vm ssh --jump USER@HOST NAME`, or a VM on this host for --publish",
             ));
         }
-        let conn = connect(&uri)?;
+        let conn = self.conn(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
         if !spec.ports.is_empty() && spec.network == NetworkMode::Forward {
@@ -544,7 +571,7 @@ impl Backend for LibvirtBackend {
 
     fn define(&self, spec: &MachineSpec) -> Result<Option<Defined>, BackendError> {
         let uri = self.spec_uri(spec)?;
-        let conn = connect(&uri)?;
+        let conn = self.conn(&uri)?;
         let pool = self.ensure_pool(&conn, spec)?;
         // A domain of ours left by a killed create: converge by starting over.
         if let Some(old) = self.own_domain(&conn, &spec.name, &spec.vm_dir)? {
@@ -604,7 +631,17 @@ impl Backend for LibvirtBackend {
         let backing = if st.uri.is_local() {
             spec.disk.base.clone()
         } else {
-            PathBuf::from(base::ensure(&conn, &pool, &st.pool, &spec.disk.base, &spec.disk.base_format)?.path)
+            PathBuf::from(
+                base::ensure(
+                    &conn,
+                    (st.uri.as_str(), &self.verified),
+                    &pool,
+                    &st.pool,
+                    &spec.disk.base,
+                    &spec.disk.base_format,
+                )?
+                .path,
+            )
         };
         // A volume of ours left by a killed create is replaced; anyone else's is refused.
         if let Some(old) = pool
@@ -668,7 +705,7 @@ impl Backend for LibvirtBackend {
 
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
         let uri = self.spec_uri(spec)?;
-        let conn = connect(&uri)?;
+        let conn = self.conn(&uri)?;
         let dom = self
             .own_domain(&conn, &spec.name, &spec.vm_dir)?
             .ok_or_else(|| BackendError::Remote {
@@ -724,7 +761,7 @@ impl Backend for LibvirtBackend {
             state,
         };
         let mut st = Self::state_of(&vm)?;
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         // The disk and seed are volumes of the pool: after a host reboot nubo's own pool (not
         // autostarted) is inactive and the domain would not find them.
         let pool = self.ensure_pool(&conn, spec)?;
@@ -785,7 +822,7 @@ impl Backend for LibvirtBackend {
 
     fn state(&self, vm: &VmRef) -> Result<VmState, BackendError> {
         let st = self.state_or_default(vm);
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         match self.own_domain(&conn, vm.name, vm.vm_dir)? {
             Some(d) => Ok(vm_state(d.state().map_err(remote(format!("domain `{}`", vm.name)))?)),
             None => Ok(VmState::Stopped),
@@ -794,7 +831,7 @@ impl Backend for LibvirtBackend {
 
     fn stop(&self, vm: &VmRef, mode: StopMode) -> Result<(), BackendError> {
         let st = self.state_or_default(vm);
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         let Some(dom) = self.own_domain(&conn, vm.name, vm.vm_dir)? else {
             return Ok(());
         };
@@ -819,7 +856,7 @@ impl Backend for LibvirtBackend {
 
     fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
         let st = self.state_or_default(vm);
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         if let Some(dom) = self.own_domain(&conn, vm.name, vm.vm_dir)? {
             if dom.state().map(vm_state).unwrap_or(VmState::Stopped) != VmState::Stopped {
                 let _ = dom.destroy();
@@ -1068,7 +1105,7 @@ impl LibvirtBackend {
             .map_err(remote(format!("opening the console of domain `{}`", vm.name)))?;
         Ok(Box::new(Console {
             stream: std::sync::Arc::new(stream),
-            _conn: std::sync::Arc::new(conn),
+            _conn: conn,
         }))
     }
 }
@@ -1274,9 +1311,9 @@ pub struct Lease {
 
 impl LibvirtBackend {
     /// The VM's connection and domain; an error when the domain is gone.
-    fn domain_of(&self, vm: &VmRef) -> Result<(Connection, Domain), BackendError> {
+    fn domain_of(&self, vm: &VmRef) -> Result<(Arc<Connection>, Domain), BackendError> {
         let st = self.state_or_default(vm);
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         let dom = self
             .own_domain(&conn, vm.name, vm.vm_dir)?
             .ok_or_else(|| BackendError::Remote {
@@ -1290,7 +1327,7 @@ impl LibvirtBackend {
         let Some(mac) = &st.mac else {
             return Ok(Vec::new());
         };
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         let Some(net) = conn
             .network(network)
             .map_err(remote(format!("looking up network `{network}`")))?
@@ -1321,7 +1358,7 @@ impl LibvirtBackend {
     /// The seed volume's bytes, read back through libvirt (for `vm inspect` and tests).
     pub fn read_seed(&self, vm: &VmRef) -> Result<Vec<u8>, BackendError> {
         let st = Self::state_of(vm)?;
-        let conn = connect(&st.uri)?;
+        let conn = self.conn(&st.uri)?;
         let name = render::seed_volume_name(vm.name);
         let pool = conn
             .pool(&st.pool)

@@ -70,6 +70,27 @@ pub fn volume_backing(xml: &str) -> Result<Option<String>, String> {
         .map(|t| t.trim().to_owned()))
 }
 
+/// What identifies a file-backed volume's bytes without reading them: its key, capacity and
+/// modification time (libvirt refreshes them from the file when it returns the XML; any write
+/// moves the mtime, to the nanosecond). `None` when the pool reports no mtime (not a file).
+pub fn volume_fingerprint(xml: &str) -> Option<String> {
+    let doc = roxmltree::Document::parse(xml).ok()?;
+    let root = doc.root_element();
+    let text = |n: roxmltree::Node| n.text().map(|t| t.trim().to_owned());
+    let key = root.children().find(|n| n.has_tag_name("key")).and_then(text)?;
+    let cap = root.children().find(|n| n.has_tag_name("capacity")).and_then(text)?;
+    let mtime = root
+        .children()
+        .find(|n| n.has_tag_name("target"))?
+        .children()
+        .find(|n| n.has_tag_name("timestamps"))?
+        .children()
+        .find(|n| n.has_tag_name("mtime"))
+        .and_then(text)
+        .filter(|t| !t.is_empty())?;
+    Some(format!("{key}\n{cap}\n{mtime}"))
+}
+
 /// What nubo needs from a snapshot's XML.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotInfo {
