@@ -57,6 +57,8 @@ pub struct Hosts {
     state: PathBuf,
     entries: Mutex<HashMap<HostKey, Arc<Entry>>>,
     cancel: nubo_core::Cancel,
+    /// How the hosts' engines pull: TLS trust (registry credentials come per VMImage).
+    pull: nubo_image::PullConfig,
 }
 
 impl Hosts {
@@ -74,7 +76,19 @@ impl Hosts {
             state: state.to_path_buf(),
             entries: Mutex::new(HashMap::new()),
             cancel,
+            pull: nubo_image::PullConfig::default(),
         })
+    }
+
+    /// Downloads and registries trusted by `tls` (the controller's `--ca-cert`, `SSL_CERT_FILE`).
+    pub fn with_tls(mut self, tls: nubo_image::TlsSettings) -> Hosts {
+        self.pull.tls = tls;
+        self
+    }
+
+    /// The pull configuration of every host's engine.
+    pub fn pull_config(&self) -> &nubo_image::PullConfig {
+        &self.pull
     }
 
     /// The engine for `key` reaching `uri` with `creds`, made on first use and again when the
@@ -106,7 +120,7 @@ impl Hosts {
         let registry = nubo_backend::builtin_registry_for(Some(uri_tls), &nubo_backend::HostEnv::from_process());
         let mut engine = Engine::new(roots.clone(), registry, None).with_fetcher(Box::new(PullFetcher {
             images: roots.images(),
-            config: nubo_image::PullConfig::default(),
+            config: self.pull.clone(),
         }));
         engine.user_data_uuid = true;
         engine.cancel = self.cancel.clone();

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use nubo_engine::{EngineError, Fetch};
+use nubo_engine::fetch::PullFetcher;
+use nubo_engine::{EngineError, Fetch, ImageFetcher};
 use serde_json::json;
 
 use crate::hosts::HostKey;
@@ -70,14 +71,100 @@ pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, Str
             })
         }
         SourceKind::Oci => {
-            if !src.reference.contains("@sha256:") && !img.spec.allow_mutable_tag {
+            let r = nubo_image::OciRef::parse(&src.reference)
+                .map_err(|e| bad("BadReference", format!("vmimage `{name}`: ref: {e}")))?;
+            if r.registry.is_none() {
+                return Err(bad(
+                    "BadReference",
+                    format!(
+                        "vmimage `{name}`: Oci ref `{}` names no registry: write it as `registry.example:5000/team/image@sha256:<hex>`",
+                        src.reference
+                    ),
+                ));
+            }
+            if r.digest.is_none() && !img.spec.allow_mutable_tag {
                 return Err(bad("MutableTag", format!("vmimage `{name}`: Oci ref `{}` is not pinned by digest: use `@sha256:<hex>` or set allowMutableTag: true", src.reference)));
             }
-            Err(bad(
-                "Unsupported",
-                format!("vmimage `{name}`: Oci sources are not imported by the controller yet: use a Url source"),
-            ))
+            if let Some(sum) = &src.checksum {
+                oci_checksum(&name, sum)?;
+            }
+            Ok(Fetch::Oci(r))
         }
+    }
+}
+
+/// An Oci source's optional `checksum`: the sha256 of the disk as stored (what `nubo image
+/// inspect` shows as its digest), checked after the pull, which the registry's digests verify.
+fn oci_checksum(name: &str, sum: &str) -> Result<String, (&'static str, &'static str, String)> {
+    match sum.parse::<nubo_image::Checksum>() {
+        Ok(c) if c.to_string().starts_with("sha256:") => Ok(c.to_string()),
+        Ok(_) => Err(bad(
+            "BadChecksum",
+            format!("vmimage `{name}`: an Oci source's checksum is the disk's sha256 (`sha256:<hex>`), or leave it out: the digest in the ref verifies the pull"),
+        )),
+        Err(e) => Err(bad("BadChecksum", format!("vmimage `{name}`: checksum: {e}"))),
+    }
+}
+
+/// The registry credentials of an Oci source from the VMImage's `pullSecretRef` (a
+/// `kubernetes.io/dockerconfigjson` Secret), as (phase, reason, message) when they cannot be
+/// read. Nothing of the Secret's contents reaches a message.
+async fn pull_credentials(
+    img: &VMImage,
+    fetch: &Fetch,
+    ctx: &Ctx,
+) -> Result<Result<nubo_image::oci::CredentialSource, (&'static str, &'static str, String)>, Error> {
+    let mut out = nubo_image::oci::CredentialSource::default();
+    let (Some(sref), Fetch::Oci(r)) = (&img.spec.pull_secret_ref, fetch) else {
+        return Ok(Ok(out));
+    };
+    let ns = img.namespace().unwrap_or_default();
+    let name = img.name_any();
+    let registry = r.registry.clone().unwrap_or_default();
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(s) = api.get_opt(&sref.name).await? else {
+        return Ok(Err((
+            "Pending",
+            "PullSecretNotFound",
+            format!(
+                "vmimage `{name}`: its pullSecretRef `{ns}/{}` does not exist: create it (`kubectl create secret docker-registry`)",
+                sref.name
+            ),
+        )));
+    };
+    let data = s
+        .data
+        .as_ref()
+        .and_then(|d| d.get(".dockerconfigjson"))
+        .map(|b| b.0.as_slice());
+    match docker_config_credentials(data, &registry) {
+        Ok(c) => {
+            out.entries.insert(registry, c);
+            Ok(Ok(out))
+        }
+        Err(why) => Ok(Err((
+            "Failed",
+            "PullSecretInvalid",
+            format!("vmimage `{name}`: pullSecretRef `{ns}/{}` {why}", sref.name),
+        ))),
+    }
+}
+
+/// `registry`'s credentials in a `.dockerconfigjson`, or what is wrong with it (never quoting it).
+fn docker_config_credentials(data: Option<&[u8]>, registry: &str) -> Result<nubo_image::oci::Credentials, String> {
+    const MAKE: &str = "make it with `kubectl create secret docker-registry`";
+    let Some(bytes) = data else {
+        return Err(format!("has no `.dockerconfigjson` key: {MAKE}"));
+    };
+    let Ok(file) = serde_json::from_slice::<nubo_image::oci::AuthFile>(bytes) else {
+        return Err(format!("is not JSON of the `{{\"auths\": ...}}` form: {MAKE}"));
+    };
+    match file.get(registry, std::path::Path::new("-")) {
+        Ok(Some(c)) => Ok(c),
+        Ok(None) => Err(format!("has no `auths` entry for registry `{registry}`: add one")),
+        Err(_) => Err(format!(
+            "has an `auths` entry for `{registry}` whose `auth` is not base64 of `user:password`: fix it"
+        )),
     }
 }
 
@@ -169,6 +256,21 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
             return Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(300))));
         }
     };
+    let credentials = match pull_credentials(img, &fetch, ctx).await? {
+        Ok(c) => c,
+        Err((phase, reason, msg)) => {
+            status.phase = Some(phase.into());
+            set_condition(&mut status.conditions, generation, "Ready", "False", reason, &msg);
+            if status != old {
+                apply(&api, &name, &status, &ctx.manager).await?;
+            }
+            return Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(30))));
+        }
+    };
+    let expected = match (&fetch, img.spec.sources.iter().find(|s| s.provider_class == "libvirt")) {
+        (Fetch::Oci(_), Some(src)) => src.checksum.as_deref().and_then(|s| oci_checksum(&name, s).ok()),
+        _ => None,
+    };
     let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     let providers = providers.list(&ListParams::default()).await?.items;
     // A settled image is not fetched again for its own status update (which triggers a
@@ -241,17 +343,32 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
                 }
                 Ok(engine) => {
                     let f = fetch.clone();
-                    let r = tokio::task::spawn_blocking(move || match &engine.fetcher {
-                        Some(fetcher) => fetcher.fetch(&f, &engine.cancel, &mut |_| {}),
-                        None => Err(EngineError::Unavailable {
-                            what: "fetching images".into(),
-                            fix: "give the engine a fetcher".into(),
-                        }),
+                    // The engine's own fetcher, with this image's registry credentials.
+                    let fetcher = PullFetcher {
+                        images: engine.roots.images(),
+                        config: nubo_image::PullConfig {
+                            credentials: credentials.clone(),
+                            ..ctx.hosts.pull_config().clone()
+                        },
+                    };
+                    let expected = expected.clone();
+                    let r = tokio::task::spawn_blocking(move || {
+                        let rec = fetcher.fetch(&f, &engine.cancel, &mut |_| {})?;
+                        let mismatch = match expected {
+                            Some(want) if want != rec.digest => Some(oci_mismatch(&engine, &rec, &want)),
+                            _ => None,
+                        };
+                        Ok::<_, EngineError>((rec, mismatch))
                     })
                     .await
                     .map_err(|e| Error::Engine(format!("the fetch task failed: {e}")))?;
                     match r {
-                        Ok(rec) => {
+                        Ok((_, Some(mismatch))) => {
+                            let msg = format!("host `{}`: {mismatch}", h.name);
+                            failed.get_or_insert(msg.clone());
+                            ps.reason.get_or_insert(msg);
+                        }
+                        Ok((rec, None)) => {
                             hs.ready = true;
                             status.digest = Some(rec.digest.clone());
                         }
@@ -306,6 +423,23 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
     Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(again))))
 }
 
+/// A pulled disk whose sha256 is not the Oci source's checksum: removed from the host's store
+/// (nothing kept, so nothing reaches a pool), as an integrity error.
+fn oci_mismatch(engine: &nubo_engine::Engine, rec: &nubo_image::ImageRecord, want: &str) -> String {
+    if let (Ok(store), Ok(r)) = (
+        nubo_image::ImageStore::open(&engine.roots.images()),
+        nubo_image::ImageRef::parse(&rec.reference),
+    ) {
+        // Its blob too, unless another reference has the same bytes.
+        let _ = store.remove(&r);
+    }
+    format!(
+        "the disk pulled from `{}` has {}, not the checksum {want} the VMImage gives: it was removed; fix the checksum or the ref",
+        rec.source.url.as_deref().unwrap_or(&rec.reference),
+        rec.digest
+    )
+}
+
 /// An error and its sources, one line.
 fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
@@ -357,5 +491,80 @@ mod hold_tests {
         ];
         assert_eq!(users(&vms, "a", "debian"), ["web-1", "web-2"]);
         assert!(users(&vms, "a", "gone").is_empty());
+    }
+}
+
+#[cfg(test)]
+mod oci_tests {
+    use super::*;
+
+    fn image(r: &str, checksum: Option<&str>, mutable: bool) -> VMImage {
+        let mut i = VMImage::new(
+            "img",
+            VMImageSpec {
+                sources: vec![ImageSource {
+                    provider_class: "libvirt".into(),
+                    kind: SourceKind::Oci,
+                    reference: r.into(),
+                    checksum: checksum.map(Into::into),
+                }],
+                allow_mutable_tag: mutable,
+                pull_secret_ref: None,
+            },
+        );
+        i.metadata.namespace = Some("ns".into());
+        i
+    }
+
+    const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn oci_sources_pinned_by_digest_or_allowed_by_tag() {
+        let pinned = format!("127.0.0.1:5000/vm/debian@{D}");
+        match fetch_of(&image(&pinned, None, false)) {
+            Ok(Fetch::Oci(r)) => {
+                assert_eq!(r.registry.as_deref(), Some("127.0.0.1:5000"));
+                assert_eq!(r.digest.as_deref(), Some(D));
+            }
+            other => panic!("{other:?}"),
+        }
+        let tag = "127.0.0.1:5000/vm/debian:12";
+        let (phase, reason, msg) = fetch_of(&image(tag, None, false)).unwrap_err();
+        assert_eq!((phase, reason), ("Failed", "MutableTag"));
+        assert!(msg.contains("allowMutableTag"), "{msg}");
+        assert!(matches!(fetch_of(&image(tag, None, true)), Ok(Fetch::Oci(_))));
+    }
+
+    #[test]
+    fn oci_refusals_name_the_fix() {
+        let (_, reason, msg) = fetch_of(&image(&format!("vm/debian@{D}"), None, false)).unwrap_err();
+        assert_eq!(reason, "BadReference");
+        assert!(msg.contains("names no registry"), "{msg}");
+        let (_, reason, _) = fetch_of(&image("127.0.0.1:5000/Vm/../x@sha256:zz", None, false)).unwrap_err();
+        assert_eq!(reason, "BadReference");
+        let pinned = format!("127.0.0.1:5000/vm/debian@{D}");
+        let sha512 = format!("sha512:{}", "ab".repeat(64));
+        let (_, reason, msg) = fetch_of(&image(&pinned, Some(&sha512), false)).unwrap_err();
+        assert_eq!(reason, "BadChecksum");
+        assert!(msg.contains("sha256"), "{msg}");
+        assert!(fetch_of(&image(&pinned, Some(D), false)).is_ok());
+    }
+
+    #[test]
+    fn docker_config_secrets() {
+        let auth = "bnVibzpzM2NyZXQ="; // base64 of nubo:s3cret
+        let json =
+            format!(r#"{{"auths":{{"127.0.0.1:5000":{{"username":"nubo","password":"s3cret","auth":"{auth}"}}}}}}"#);
+        let c = docker_config_credentials(Some(json.as_bytes()), "127.0.0.1:5000").unwrap();
+        assert_eq!((c.username.as_str(), c.password.as_str()), ("nubo", "s3cret"));
+        let other = docker_config_credentials(Some(json.as_bytes()), "other:5000").unwrap_err();
+        assert!(other.contains("no `auths` entry for registry `other:5000`"), "{other}");
+        let missing = docker_config_credentials(None, "x").unwrap_err();
+        assert!(missing.contains("kubectl create secret docker-registry"), "{missing}");
+        // What is wrong is said without quoting the Secret's bytes.
+        for bad in [&b"s3cret-not-json"[..], br#"{"auths":{"x":{"auth":"s3cret!!"}}}"#] {
+            let e = docker_config_credentials(Some(bad), "x").unwrap_err();
+            assert!(!e.contains("s3cret"), "{e}");
+        }
     }
 }

@@ -104,6 +104,8 @@ pub struct Options {
     pub concurrency: u16,
     /// Namespaces whose Secrets are watched (a change reconciles the VMs naming the Secret).
     pub secret_namespaces: Vec<String>,
+    /// Whom image downloads and registries are trusted by (`SSL_CERT_FILE`, `--ca-cert`).
+    pub tls: nubo_image::TlsSettings,
 }
 
 /// Runs the controller until a signal: waits to lead, then reconciles.
@@ -136,7 +138,9 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
 
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        hosts: hosts::Hosts::new(&opts.state_dir, cancel.clone()).map_err(anyhow::Error::msg)?,
+        hosts: hosts::Hosts::new(&opts.state_dir, cancel.clone())
+            .map_err(anyhow::Error::msg)?
+            .with_tls(opts.tls.clone()),
         consoles: Arc::default(),
         probed: Default::default(),
         recorder: Recorder::new(

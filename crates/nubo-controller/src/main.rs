@@ -37,6 +37,11 @@ enum Cmd {
         /// (deploy/rbac.yaml's Role), checked at start.
         #[arg(long = "watch-secrets-in", env = "NUBO_WATCH_SECRETS_IN", value_delimiter = ',')]
         watch_secrets_in: Vec<String>,
+        /// A CA certificate (PEM) trusted, besides the system's (or `SSL_CERT_FILE`'s), for
+        /// image downloads and registries: a private mirror's or registry's. Repeat it, or give
+        /// a comma-separated list.
+        #[arg(long = "ca-cert", env = "NUBO_CA_CERT", value_delimiter = ',')]
+        ca_cert: Vec<std::path::PathBuf>,
     },
     /// Print the CustomResourceDefinitions (YAML), as in deploy/crds.yaml.
     Crds,
@@ -56,6 +61,7 @@ fn main() -> ExitCode {
             identity,
             concurrency,
             watch_secrets_in,
+            ca_cert,
         } => {
             let identity = identity.unwrap_or_else(|| format!("{}-{}", nix_hostname(), std::process::id()));
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -77,6 +83,10 @@ fn main() -> ExitCode {
                 identity,
                 concurrency,
                 secret_namespaces: watch_secrets_in,
+                tls: nubo_image::TlsSettings {
+                    ca_bundle: std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from),
+                    extra_ca: ca_cert,
+                },
             };
             match rt.block_on(nubo_controller::run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,

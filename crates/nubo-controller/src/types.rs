@@ -228,6 +228,11 @@ pub struct VMImageSpec {
     /// Accept an OCI reference by tag (mutable) instead of digest.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_mutable_tag: bool,
+    /// For Oci sources from a registry that wants a login: a Secret of type
+    /// `kubernetes.io/dockerconfigjson` (`kubectl create secret docker-registry`) in the
+    /// VMImage's namespace, whose `auths` entry for the registry is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret_ref: Option<NameRef>,
 }
 
 /// One host's copy of the image.

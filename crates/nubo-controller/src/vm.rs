@@ -533,10 +533,21 @@ fn image_source(image: &VMImage) -> Result<DiskSource, Refusal> {
                 allow_http: src.reference.starts_with("http://"),
             })
         }
-        SourceKind::Oci => Err(fail(
-            "ImageUnsupported",
-            format!("vmimage `{name}`: Oci sources are not imported by the controller yet: use a Url source"),
-        )),
+        // The VMImage's import pulled it into the host's store with its pullSecretRef's
+        // credentials and checked it: the engine finds it there by its reference.
+        SourceKind::Oci => match image.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Ready") => Ok(DiskSource::Image {
+                reference: src.reference.clone(),
+            }),
+            Some("Failed") => Err(fail(
+                "ImageFailed",
+                format!("vmimage `{name}` failed to import (see its Ready condition): fix it"),
+            )),
+            _ => Err(refuse(
+                "ImageNotReady",
+                format!("vmimage `{name}` is not imported yet: waiting for its phase Ready"),
+            )),
+        },
     }
 }
 
