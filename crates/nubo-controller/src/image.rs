@@ -94,7 +94,8 @@ pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, Str
 }
 
 /// An Oci source's optional `checksum`: the sha256 of the disk as stored (what `nubo image
-/// inspect` shows as its digest), checked after the pull, which the registry's digests verify.
+/// inspect` shows as its digest), compared after the pull (whose bytes the registry's digests
+/// verify): a mismatch fails the VMImage.
 fn oci_checksum(name: &str, sum: &str) -> Result<String, (&'static str, &'static str, String)> {
     match sum.parse::<nubo_image::Checksum>() {
         Ok(c) if c.to_string().starts_with("sha256:") => Ok(c.to_string()),
@@ -355,7 +356,7 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
                     let r = tokio::task::spawn_blocking(move || {
                         let rec = fetcher.fetch(&f, &engine.cancel, &mut |_| {})?;
                         let mismatch = match expected {
-                            Some(want) if want != rec.digest => Some(oci_mismatch(&engine, &rec, &want)),
+                            Some(want) if want != rec.digest => Some(oci_mismatch(&rec, &want)),
                             _ => None,
                         };
                         Ok::<_, EngineError>((rec, mismatch))
@@ -423,18 +424,12 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
     Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(again))))
 }
 
-/// A pulled disk whose sha256 is not the Oci source's checksum: removed from the host's store
-/// (nothing kept, so nothing reaches a pool), as an integrity error.
-fn oci_mismatch(engine: &nubo_engine::Engine, rec: &nubo_image::ImageRecord, want: &str) -> String {
-    if let (Ok(store), Ok(r)) = (
-        nubo_image::ImageStore::open(&engine.roots.images()),
-        nubo_image::ImageRef::parse(&rec.reference),
-    ) {
-        // Its blob too, unless another reference has the same bytes.
-        let _ = store.remove(&r);
-    }
+/// A pulled disk whose sha256 is not the Oci source's checksum. The bytes are the registry's,
+/// verified by its digests, and stay in the host's store (another VMImage may name the same
+/// reference); the VMImage is Failed, so no VM takes it into a pool.
+fn oci_mismatch(rec: &nubo_image::ImageRecord, want: &str) -> String {
     format!(
-        "the disk pulled from `{}` has {}, not the checksum {want} the VMImage gives: it was removed; fix the checksum or the ref",
+        "the disk pulled from `{}` has {}, not the checksum {want} the VMImage gives: fix the checksum or the ref",
         rec.source.url.as_deref().unwrap_or(&rec.reference),
         rec.digest
     )
