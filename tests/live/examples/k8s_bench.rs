@@ -11,9 +11,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use nubo_live::controller::{http_get, serve, start_replica, wait_ready};
+use nubo_live::controller::{
+    crds_namespace_credentials, http_get, libvirtd_with_pool, serve, start_replica, wait_ready,
+};
 use nubo_live::kube::ApiServer;
-use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
 use nubo_live::TestRoot;
 use serde_json::Value;
 
@@ -179,50 +180,12 @@ fn bench() -> Result<(), String> {
     let image = root.with_debian_image()?;
     nubo_live::kube::probe()?;
     let api = ApiServer::start()?;
-    let lv = Libvirtd::start_with(Options {
-        tls: Some(TlsListen { net: "10.250.79" }),
-        ..Options::default()
-    })?;
-    let (uri, tls_dir) = lv.tls.clone().ok_or("no TLS listener")?;
-    let pool_dir = lv.dir().join("bench-pool");
-    std::fs::create_dir_all(&pool_dir).map_err(|e| format!("pool dir: {e}"))?;
-    lv.virsh(&[
-        "pool-define-as",
-        POOL,
-        "dir",
-        "--target",
-        &pool_dir.display().to_string(),
-    ])?
-    .require()?;
-    lv.virsh(&["pool-start", POOL])?.require()?;
+    let (lv, uri, tls_dir) = libvirtd_with_pool("10.250.79", POOL)?;
     let url = serve(image.qcow2.clone())?;
     let ns = format!("nubo-bench-{}", std::process::id());
     let state = tempfile::tempdir_in("/var/tmp").map_err(|e| format!("temp dir: {e}"))?;
 
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml");
-    api.kubectl(&["apply", "-f", &crds.display().to_string()])?.require()?;
-    api.kubectl(&[
-        "wait",
-        "--for",
-        "condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachines.nubo.dev",
-    ])?
-    .require()?;
-    api.kubectl(&["create", "namespace", &ns])?.require()?;
-    let t = tls_dir.display().to_string();
-    api.kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "lab-tls",
-        &format!("--from-file=cacert.pem={t}/cacert.pem"),
-        &format!("--from-file=clientcert.pem={t}/clientcert.pem"),
-        &format!("--from-file=clientkey.pem={t}/clientkey.pem"),
-    ])?
-    .require()?;
+    crds_namespace_credentials(&api, &ns, &tls_dir)?;
     api.apply(&format!(
         r#"
 apiVersion: nubo.dev/v1alpha1

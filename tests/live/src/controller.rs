@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::kube::ApiServer;
+use crate::libvirtd::{Libvirtd, Options, TlsListen};
 use crate::{Guard, TestResult};
 
 pub fn controller_bin() -> Result<PathBuf, String> {
@@ -152,4 +153,54 @@ pub fn serve(file: PathBuf) -> Result<String, String> {
         }
     });
     Ok(format!("http://{addr}/debian-12.qcow2"))
+}
+
+/// A libvirtd over `qemu+tls://` on `net` (its `.1`) with a started dir pool `pool`: the
+/// daemon, its URI and the client's TLS directory.
+pub fn libvirtd_with_pool(net: &'static str, pool: &str) -> Result<(Libvirtd, String, PathBuf), String> {
+    let lv = Libvirtd::start_with(Options {
+        tls: Some(TlsListen { net }),
+        ..Options::default()
+    })?;
+    let (uri, tls_dir) = lv.tls.clone().ok_or("the harness made no TLS listener")?;
+    let dir = lv.dir().join(format!("{pool}-dir"));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("pool dir: {e}"))?;
+    let dir_s = dir.display().to_string();
+    lv.virsh(&["pool-define-as", pool, "dir", "--target", &dir_s])?
+        .require()?;
+    lv.virsh(&["pool-start", pool])?.require()?;
+    Ok((lv, uri, tls_dir))
+}
+
+/// deploy/crds.yaml applied and Established, then namespace `ns` with the Secret `lab-tls`
+/// holding the libvirt client's TLS files from `tls` (a Provider's credentialsSecretRef).
+pub fn crds_namespace_credentials(api: &ApiServer, ns: &str, tls: &Path) -> TestResult {
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml");
+    api.kubectl(&["apply", "-f", &crds.display().to_string()])?.require()?;
+    api.kubectl(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout=60s",
+        "crd/virtualmachines.nubo.dev",
+        "crd/vmclasses.nubo.dev",
+        "crd/vmimages.nubo.dev",
+        "crd/providers.nubo.dev",
+    ])?
+    .require()?;
+    api.kubectl(&["create", "namespace", ns])?.require()?;
+    let t = tls.display().to_string();
+    api.kubectl(&[
+        "-n",
+        ns,
+        "create",
+        "secret",
+        "generic",
+        "lab-tls",
+        &format!("--from-file=cacert.pem={t}/cacert.pem"),
+        &format!("--from-file=clientcert.pem={t}/clientcert.pem"),
+        &format!("--from-file=clientkey.pem={t}/clientkey.pem"),
+    ])?
+    .require()?;
+    Ok(())
 }

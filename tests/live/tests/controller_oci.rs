@@ -18,16 +18,16 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{json, nubo, nubo_in};
-use nubo_live::controller::{start_replica_env, tail, wait_ready};
+use nubo_live::controller::{crds_namespace_credentials, libvirtd_with_pool, start_replica_env, tail, wait_ready};
 use nubo_live::kube::ApiServer;
-use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
+use nubo_live::libvirtd::Libvirtd;
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{LiveTest, TestResult, TestRoot};
 use serde_json::Value;
 
 const QUICK: Duration = Duration::from_secs(120);
 const POOL: &str = "ocipool";
-const NET: &str = "10.250.79";
+const NET: &str = "10.250.76";
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
@@ -90,17 +90,7 @@ fn domains(lv: &Libvirtd) -> Result<Vec<String>, String> {
 fn controller_oci() -> TestResult {
     let api = ApiServer::start()?;
     let reg = Registry::start()?;
-    let lv = Libvirtd::start_with(Options {
-        tls: Some(TlsListen { net: NET }),
-        ..Options::default()
-    })?;
-    let (uri, tls_dir) = lv.tls.clone().ok_or("the harness made no TLS listener")?;
-    let pool_dir = lv.dir().join("oci-pool");
-    std::fs::create_dir_all(&pool_dir).map_err(|e| format!("pool dir: {e}"))?;
-    let pool_path = pool_dir.display().to_string();
-    lv.virsh(&["pool-define-as", POOL, "dir", "--target", &pool_path])?
-        .require()?;
-    lv.virsh(&["pool-start", POOL])?.require()?;
+    let (lv, uri, tls_dir) = libvirtd_with_pool(NET, POOL)?;
 
     // A blank disk, imported and pushed: the pinned reference and the disk's sha256.
     let root = TestRoot::new()?;
@@ -195,33 +185,7 @@ fn cases(
     state: &Path,
 ) -> TestResult {
     let (pinned, tagged, digest) = (refs.pinned.as_str(), refs.tagged.as_str(), refs.digest.as_str());
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml");
-    api.kubectl(&["apply", "-f", &crds.display().to_string()])?.require()?;
-    api.kubectl(&[
-        "wait",
-        "--for",
-        "condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachines.nubo.dev",
-        "crd/vmclasses.nubo.dev",
-        "crd/vmimages.nubo.dev",
-        "crd/providers.nubo.dev",
-    ])?
-    .require()?;
-    api.kubectl(&["create", "namespace", ns])?.require()?;
-    let tls_s = tls.display().to_string();
-    api.kubectl(&[
-        "-n",
-        ns,
-        "create",
-        "secret",
-        "generic",
-        "lab-tls",
-        &format!("--from-file=cacert.pem={tls_s}/cacert.pem"),
-        &format!("--from-file=clientcert.pem={tls_s}/clientcert.pem"),
-        &format!("--from-file=clientkey.pem={tls_s}/clientkey.pem"),
-    ])?
-    .require()?;
+    crds_namespace_credentials(api, ns, tls)?;
     api.kubectl(&[
         "-n",
         ns,
