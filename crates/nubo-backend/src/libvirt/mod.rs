@@ -1536,11 +1536,9 @@ mod tests_unit {
         assert_eq!(socket_of(&env_uri("qemu+ssh://host/system"), 0), None);
     }
 
-    /// Issue 21: a spec's `qemu+ext` URI reached `virConnectOpen`, which ran `command=`.
-    #[test]
-    fn spec_uri_ext_transport_is_refused_before_connecting() {
-        let b = LibvirtBackend::new(None);
-        let spec = MachineSpec {
+    /// A BIOS VM named `web` whose spec names libvirt URI `uri`.
+    fn web_spec(uri: &str) -> MachineSpec {
+        MachineSpec {
             name: "web".into(),
             uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60".into(),
             vm_dir: "/var/lib/nubo/vms/web".into(),
@@ -1559,10 +1557,17 @@ mod tests_unit {
             },
             machine: MachineKind::Default,
             network: NetworkMode::Forward,
-            options: [("uri".to_owned(), "qemu+ext:///system?command=/abs/pwn.sh".to_owned())].into(),
+            options: [("uri".to_owned(), uri.to_owned())].into(),
             ports: Vec::new(),
             mounts: Vec::new(),
-        };
+        }
+    }
+
+    /// Issue 21: a spec's `qemu+ext` URI reached `virConnectOpen`, which ran `command=`.
+    #[test]
+    fn spec_uri_ext_transport_is_refused_before_connecting() {
+        let b = LibvirtBackend::new(None);
+        let spec = web_spec("qemu+ext:///system?command=/abs/pwn.sh");
 
         let e = b.spec_uri(&spec).unwrap_err();
 
@@ -1572,30 +1577,9 @@ mod tests_unit {
     #[test]
     fn check_remote_uri_with_published_port_is_unsupported_before_connecting() {
         let b = LibvirtBackend::new(None);
-        let spec = MachineSpec {
-            name: "web".into(),
-            uuid: "6f1c2f0e-8a45-4c1e-9d0e-1b2c3d4e5f60".into(),
-            vm_dir: "/var/lib/nubo/vms/web".into(),
-            run_dir: "/run/nubo/vms/web".into(),
-            vcpus: 1,
-            memory_mib: 512,
-            disk: crate::spec::Disk {
-                overlay: "/o.qcow2".into(),
-                base: "/b.qcow2".into(),
-                base_format: "qcow2".into(),
-                ..Default::default()
-            },
-            seed: None,
-            boot: Boot::Firmware {
-                firmware: Firmware::Bios,
-            },
-            machine: MachineKind::Default,
-            network: NetworkMode::Forward,
-            // Port 1 on loopback: were it ever contacted, nothing answers and nothing leaves.
-            options: [("uri".to_owned(), "qemu+tls://127.0.0.1:1/system".to_owned())].into(),
-            ports: vec![nubo_core::PortForward::parse("8080:80").unwrap()],
-            mounts: Vec::new(),
-        };
+        // Port 1 on loopback: were it ever contacted, nothing answers and nothing leaves.
+        let mut spec = web_spec("qemu+tls://127.0.0.1:1/system");
+        spec.ports = vec![nubo_core::PortForward::parse("8080:80").unwrap()];
 
         let e = b.check(&spec).unwrap_err();
 
