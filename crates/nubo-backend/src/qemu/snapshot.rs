@@ -242,26 +242,10 @@ pub fn table(vm: &str, overlay: &Path) -> Result<Vec<BackendSnapshot>, BackendEr
         .collect())
 }
 
-/// Seconds since the epoch as RFC 3339 UTC (`2026-12-02T06:53:01Z`), without a time crate:
-/// days to a civil date by Howard Hinnant's algorithm.
+/// Seconds since the epoch as RFC 3339 UTC (`2026-12-02T06:53:01Z`).
 pub fn rfc3339(secs: u32) -> String {
-    let secs = u64::from(secs);
-    let (days, rem) = (secs / 86400, secs % 86400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::from(secs)))
+        .to_string()
 }
 
 #[cfg(test)]
