@@ -107,6 +107,8 @@ impl Hosts {
         let mut engine = Engine::new(roots.clone(), registry, None).with_fetcher(Box::new(PullFetcher {
             images: roots.images(),
             config: nubo_image::PullConfig::default(),
+            // Two VMImages' `.../disk.qcow2` must not share (or fight over) one store name.
+            name_urls_by_checksum: true,
         }));
         engine.user_data_uuid = true;
         engine.cancel = self.cancel.clone();

@@ -11,8 +11,9 @@
 //! - `running: false`: Provisioned (domain defined, seed and OS disk volumes in the pool),
 //!   Stopped, `status.uuid` = the domain's UUID, the host recorded; the seed carries the
 //!   rendered user-data (`${vm.uuid}` = the UUID);
-//! - the VMImage is Ready for the host; one with a wrong checksum is Failed, and it and a VM
-//!   using it (ImageChecksumMismatch) leave nothing in the pool and no partial file;
+//! - the VMImage is Ready for the host; one with a wrong checksum (its URL ending in the same
+//!   file name) is Failed, and it and a VM using it (ImageChecksumMismatch) leave nothing in the
+//!   pool and no partial file;
 //! - the Providers' status: the reachable host's free memory and CPUs, the unreachable one's
 //!   reason;
 //! - the Secret changed: SeedCurrent=False promptly (the controller watches the namespace's
@@ -452,8 +453,10 @@ spec:
     }
     let vols_before = volumes(lv)?;
     let wrong = format!("sha256:{}", "0".repeat(64));
-    // Another file name: the store names an image after its URL's file.
-    let other = url.replace("debian-12.qcow2", "other.qcow2");
+    // The same file name under another path: the controller names a URL image after its
+    // checksum, so this one neither takes debian-12's store name (which would refuse it as a
+    // re-pointed tag, not fail its checksum) nor aliases it.
+    let other = url.replace("/debian-12.qcow2", "/y/debian-12.qcow2");
     api.apply(&format!(
         "apiVersion: nubo.dev/v1alpha1\nkind: VMImage\nmetadata: {{name: wrong, namespace: {ns}}}\nspec:\n  sources:\n    - {{providerClass: libvirt, kind: Url, ref: \"{other}\", checksum: \"{wrong}\"}}\n"
     ))?;
