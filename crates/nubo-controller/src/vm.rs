@@ -85,6 +85,11 @@ struct Prepared {
     spec: VmSpec,
     engine: Arc<Engine>,
     host: String,
+    /// `namespace/name` of the Provider, the host's URI as it gives it, its credentials
+    /// Secret: what an unreachable host's message names.
+    provider: String,
+    uri: String,
+    secret: String,
 }
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -175,7 +180,16 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
             status.phase = Some(phase.into());
             ctx.metrics.set_phase(&ns, &name, phase);
         }
-        Err(r) => {
+        Err(mut r) => {
+            if r.reason == "HostUnreachable" {
+                let at = crate::hosts::Unreachable {
+                    provider: &prepared.provider,
+                    host: &prepared.host,
+                    uri: &prepared.uri,
+                    secret: &prepared.secret,
+                };
+                r.message = format!("{}; retried", crate::hosts::unreachable(&at, &r.message));
+            }
             set(&mut status, vm, "Provisioned", "False", r.reason, &r.message);
             status.phase = Some(r.phase.to_owned());
             ctx.metrics.set_phase(&ns, &name, r.phase);
@@ -417,6 +431,8 @@ async fn prepare(
         None => provider.spec.hosts.iter().collect(),
     };
     let mut reachable: Vec<(ProviderHost, Arc<Engine>, crate::hosts::Candidate)> = Vec::new();
+    let provider_key = format!("{pns}/{}", provider.name_any());
+    let secret = provider.spec.credentials_secret_ref.name.clone();
     for h in candidates {
         let key = HostKey {
             namespace: pns.clone(),
@@ -445,7 +461,15 @@ async fn prepare(
                 };
                 reachable.push((h.clone(), engine, c));
             }
-            Err(e) => reasons.push(format!("{}: {e}", h.name)),
+            Err(e) => {
+                let at = crate::hosts::Unreachable {
+                    provider: &provider_key,
+                    host: &h.name,
+                    uri: &h.uri,
+                    secret: &secret,
+                };
+                reasons.push(crate::hosts::unreachable(&at, &e));
+            }
         }
     }
     // The reachable host with the most free memory (see hosts::choose).
@@ -456,7 +480,7 @@ async fn prepare(
     let Some((host, engine)) = chosen else {
         return Ok(Err(refuse(
             "HostUnreachable",
-            format!("no host of Provider `{pns}/{}` is reachable ({}): check the hosts' libvirtd and the credentials Secret; retried", provider.name_any(), reasons.join("; ")),
+            format!("no host of Provider `{provider_key}` is reachable: {}; retried", reasons.join("; ")),
         )));
     };
     let vm_name = match nubo_core::VmName::parse(&domain_name(&ns, &name)) {
@@ -489,7 +513,10 @@ async fn prepare(
     Ok(Ok(Prepared {
         spec,
         engine,
+        uri: host.uri,
         host: host.name,
+        provider: provider_key,
+        secret,
     }))
 }
 
