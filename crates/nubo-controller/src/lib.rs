@@ -40,6 +40,8 @@ pub struct Ctx {
     /// The server-side apply field manager.
     pub manager: String,
     pub backoff: Backoff,
+    /// How often a settled VirtualMachine is looked at again (`--resync-seconds`).
+    pub resync: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +106,9 @@ pub struct Options {
     pub concurrency: u16,
     /// Namespaces whose Secrets are watched (a change reconciles the VMs naming the Secret).
     pub secret_namespaces: Vec<String>,
+    /// How often a settled VirtualMachine is reconciled again without an event: what brings
+    /// Secret changes outside the watched namespaces, and a domain changed behind its back.
+    pub resync: Duration,
 }
 
 /// Runs the controller until a signal: waits to lead, then reconciles.
@@ -149,6 +154,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics,
         manager: "nubo-controller".into(),
         backoff: Backoff::default(),
+        resync: opts.resync,
     });
     let vms: Api<types::VirtualMachine> = Api::all(client.clone());
     let failures = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, u32>::new()));
