@@ -155,6 +155,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
     let follow = Follow {
         consoles: ctx.consoles.clone(),
         host: prepared.host.clone(),
+        key: format!("{ns}/{name}"),
     };
     let outcome = tokio::task::spawn_blocking(move || converge(&engine, &spec, running, &follow))
         .await
@@ -204,19 +205,26 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
         apply_status(&api, &name, &status, &ctx.manager).await?;
         tr.mark("status");
     }
-    // Readiness and the Secret's changes are polled: a VM not yet CloudInitDone soon, others slowly.
+    // Readiness is polled: a VM not yet CloudInitDone soon; others at the resync interval
+    // (Secret changes outside the watched namespaces, a domain changed behind the controller).
     let done = status
         .conditions
         .iter()
         .any(|c| c.type_ == "CloudInitDone" && c.status == "True");
-    let again = if running && !done { 5 } else { 30 };
-    Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(again))))
+    let again = if running && !done {
+        Duration::from_secs(5)
+    } else {
+        ctx.resync
+    };
+    Ok(Action::requeue(ctx.backoff.jittered(again)))
 }
 
 /// Whose console recorders a converge keeps: the controller's, for the VM's host.
 struct Follow {
     consoles: Arc<crate::consoles::Consoles>,
     host: String,
+    /// The VirtualMachine's `namespace/name` (for the test hook).
+    key: String,
 }
 
 /// Makes the VM if it is not there (or finishes an interrupted create), then the power state;
@@ -249,10 +257,18 @@ fn converge_traced(
         .as_ref()
         .is_none_or(|st| st.phase == nubo_engine::record::Phase::Creating);
     if creating {
+        // The create's steps are traced, and are where the test hook may stop it.
+        let mut steps = |e: nubo_engine::Event| {
+            if let Some(phase) = crate::trace::create_phase(&e) {
+                tr.mark(phase);
+                crate::trace::test_pause(phase, &follow.key);
+            }
+            quiet(e);
+        };
         let made = if running {
-            engine.create(spec, quiet)
+            engine.create(spec, &mut steps)
         } else {
-            engine.create_stopped(spec, quiet)
+            engine.create_stopped(spec, &mut steps)
         };
         tr.mark("create");
         made.map_err(|e| classify(&e))?;
@@ -480,7 +496,7 @@ async fn prepare(
     let Some((host, engine)) = chosen else {
         return Ok(Err(refuse(
             "HostUnreachable",
-            format!("no host of Provider `{provider_key}` is reachable: {}; retried", reasons.join("; ")),
+            format!("no host is reachable: {}; retried", reasons.join("; ")),
         )));
     };
     let vm_name = match nubo_core::VmName::parse(&domain_name(&ns, &name)) {
