@@ -37,6 +37,17 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Result<Replica, String> {
+    start_replica_with(api, state, ns, id, &[])
+}
+
+/// [`start_replica`] with extra environment (`NUBO_CONTROLLER_RESYNC`, the test hooks).
+pub fn start_replica_with(
+    api: &ApiServer,
+    state: &Path,
+    ns: &str,
+    id: &str,
+    env: &[(&str, &str)],
+) -> Result<Replica, String> {
     let port = free_port()?;
     let log = api.dir().join(format!("controller-{id}.log"));
     let f = std::fs::OpenOptions::new()
@@ -59,6 +70,7 @@ pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Resul
             ns,
         ])
         .env("KUBECONFIG", &api.kubeconfig)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::from(f))
         .stderr(Stdio::from(f2));
