@@ -86,9 +86,18 @@ impl Hosts {
         self
     }
 
-    /// The pull configuration of every host's engine.
-    pub fn pull_config(&self) -> &nubo_image::PullConfig {
-        &self.pull
+    /// How the controller pulls into the store at `images`: the hosts' TLS trust, registry
+    /// `credentials` (a VMImage's pullSecretRef), URL images named by checksum so two VMImages'
+    /// `.../disk.qcow2` never share (or fight over) one store name.
+    pub fn fetcher(&self, images: PathBuf, credentials: nubo_image::oci::CredentialSource) -> PullFetcher {
+        PullFetcher {
+            images,
+            config: nubo_image::PullConfig {
+                credentials,
+                ..self.pull.clone()
+            },
+            name_urls_by_checksum: true,
+        }
     }
 
     /// The engine for `key` reaching `uri` with `creds`, made on first use and again when the
@@ -118,10 +127,8 @@ impl Hosts {
         let run = self.state.join("run").join(format!("{:08x}", fnv(&key.dir())));
         let roots = nubo_core::Roots { root, run_dir: run };
         let registry = nubo_backend::builtin_registry_for(Some(uri_tls), &nubo_backend::HostEnv::from_process());
-        let mut engine = Engine::new(roots.clone(), registry, None).with_fetcher(Box::new(PullFetcher {
-            images: roots.images(),
-            config: self.pull.clone(),
-        }));
+        let fetcher = self.fetcher(roots.images(), Default::default());
+        let mut engine = Engine::new(roots.clone(), registry, None).with_fetcher(Box::new(fetcher));
         engine.user_data_uuid = true;
         engine.cancel = self.cancel.clone();
         let entry = Arc::new(Entry {
@@ -153,6 +160,51 @@ impl Hosts {
             nubo_backend::Probe::Broken { error } => Err(error),
         }
     }
+}
+
+/// Which host could not be reached, for [`unreachable`].
+pub struct Unreachable<'a> {
+    /// `namespace/name` of the Provider.
+    pub provider: &'a str,
+    pub host: &'a str,
+    /// The URI as the Provider gives it (not the engine's, which names a private pkipath).
+    pub uri: &'a str,
+    /// The Provider's credentialsSecretRef name.
+    pub secret: &'a str,
+}
+
+/// An unreachable host's message for a condition or a Provider's status: the Provider, host and
+/// URI, libvirt's own words, and what to fix where a controller runs (the Provider's
+/// `hosts[].uri`, its credentials Secret, the host's libvirtd and TLS), not the CLI's
+/// `--connect` / `NUBO_LIBVIRT_URI`, which a controller has not.
+pub fn unreachable(at: &Unreachable, err: &str) -> String {
+    let Unreachable {
+        provider,
+        host,
+        uri,
+        secret,
+    } = at;
+    format!(
+        "host `{host}` of Provider `{provider}` at `{uri}` is unreachable ({}): check the Provider's hosts[].uri for `{host}`, that libvirtd on that host listens for TLS (libvirtd --listen, or virtproxyd-tls.socket) and trusts the client certificate, and that the credentialsSecretRef Secret `{secret}` holds that host's CA and a client certificate and key it accepts",
+        libvirt_detail(err)
+    )
+}
+
+/// libvirt's own words in an engine's connection error, without the CLI's advice that follows
+/// them (`: start libvirtd ..., or give another URI with --connect ...`) and without the URI
+/// (the engine's names the private pkipath).
+pub fn libvirt_detail(err: &str) -> String {
+    if let Some((_, rest)) = err.split_once("is unreachable (") {
+        // `... is unreachable (<detail>): <fix>`; the detail may hold parentheses of its own.
+        if let Some(i) = rest.rfind("): ") {
+            return rest[..i].to_owned();
+        }
+        return rest.trim_end_matches(')').to_owned();
+    }
+    if let Some((_, rest)) = err.split_once("is unreachable: ") {
+        return rest.to_owned();
+    }
+    err.to_owned()
 }
 
 /// A reachable host as the scheduler sees it.
@@ -243,6 +295,43 @@ mod tests {
     #[test]
     fn choose_no_reachable_host_none() {
         assert_eq!(choose(&[]), None);
+    }
+
+    const AT: Unreachable<'static> = Unreachable {
+        provider: "nubo-system/lab",
+        host: "hv9",
+        uri: "qemu+tls://10.0.0.9/system",
+        secret: "lab-tls",
+    };
+
+    #[test]
+    fn unreachable_names_provider_host_uri_and_the_controllers_fix() {
+        // What the engine says: the libvirt backend's words, with the CLI's advice.
+        let err = "the libvirt backend is unavailable: libvirt at `qemu+tls://10.0.0.9/system?pkipath=/var/lib/nubo-controller/tls/pki-x` is unreachable (unable to connect to server at '10.0.0.9:16514': Connection refused (os error 111)): start libvirtd (or virtqemud), or give another URI with --connect / NUBO_LIBVIRT_URI";
+        let m = unreachable(&AT, err);
+        for want in [
+            "host `hv9`",
+            "Provider `nubo-system/lab`",
+            "`qemu+tls://10.0.0.9/system`",
+            "unable to connect to server at '10.0.0.9:16514': Connection refused (os error 111)",
+            "hosts[].uri",
+            "credentialsSecretRef Secret `lab-tls`",
+            "libvirtd",
+            "TLS",
+        ] {
+            assert!(m.contains(want), "{want} not in {m}");
+        }
+        for not in ["--connect", "NUBO_LIBVIRT_URI", "pkipath", "virtqemud), or give"] {
+            assert!(!m.contains(not), "{not} in {m}");
+        }
+    }
+
+    #[test]
+    fn unreachable_probe_wording_and_other_text_kept() {
+        let m = unreachable(&AT, "libvirt at `x` is unreachable: authentication failed");
+        assert!(m.contains("(authentication failed)"), "{m}");
+        let m = unreachable(&AT, "libvirtd did not answer within 20 s");
+        assert!(m.contains("(libvirtd did not answer within 20 s)"), "{m}");
     }
 
     #[test]

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
-use nubo_engine::fetch::PullFetcher;
 use nubo_engine::{EngineError, Fetch, ImageFetcher};
 use serde_json::json;
 
@@ -345,13 +344,7 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
                 Ok(engine) => {
                     let f = fetch.clone();
                     // The engine's own fetcher, with this image's registry credentials.
-                    let fetcher = PullFetcher {
-                        images: engine.roots.images(),
-                        config: nubo_image::PullConfig {
-                            credentials: credentials.clone(),
-                            ..ctx.hosts.pull_config().clone()
-                        },
-                    };
+                    let fetcher = ctx.hosts.fetcher(engine.roots.images(), credentials.clone());
                     let expected = expected.clone();
                     let r = tokio::task::spawn_blocking(move || {
                         let rec = fetcher.fetch(&f, &engine.cancel, &mut |_| {})?;

@@ -40,6 +40,8 @@ pub struct Ctx {
     /// The server-side apply field manager.
     pub manager: String,
     pub backoff: Backoff,
+    /// How often a settled VirtualMachine is looked at again (`--resync-seconds`).
+    pub resync: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +108,9 @@ pub struct Options {
     pub secret_namespaces: Vec<String>,
     /// Whom image downloads and registries are trusted by (`SSL_CERT_FILE`, `--ca-cert`).
     pub tls: nubo_image::TlsSettings,
+    /// How often a settled VirtualMachine is reconciled again without an event: what brings
+    /// Secret changes outside the watched namespaces, and a domain changed behind its back.
+    pub resync: Duration,
 }
 
 /// Runs the controller until a signal: waits to lead, then reconciles.
@@ -153,6 +158,7 @@ pub async fn run(opts: Options) -> anyhow::Result<()> {
         metrics,
         manager: "nubo-controller".into(),
         backoff: Backoff::default(),
+        resync: opts.resync,
     });
     let vms: Api<types::VirtualMachine> = Api::all(client.clone());
     let failures = Arc::new(std::sync::Mutex::new(std::collections::HashMap::<String, u32>::new()));

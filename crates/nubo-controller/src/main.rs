@@ -42,6 +42,16 @@ enum Cmd {
         /// a comma-separated list.
         #[arg(long = "ca-cert", env = "NUBO_CA_CERT", value_delimiter = ',')]
         ca_cert: Vec<std::path::PathBuf>,
+        /// Seconds between reconciles of a settled VirtualMachine when nothing changed: how
+        /// soon a Secret change outside --watch-secrets-in, or a domain changed on its host, is
+        /// seen (±20 % jitter). A VM booting is looked at every 5 s regardless.
+        #[arg(
+            long = "resync-seconds",
+            env = "NUBO_CONTROLLER_RESYNC",
+            default_value_t = 30,
+            value_parser = clap::value_parser!(u64).range(1..=86_400)
+        )]
+        resync_seconds: u64,
     },
     /// Print the CustomResourceDefinitions (YAML), as in deploy/crds.yaml.
     Crds,
@@ -62,6 +72,7 @@ fn main() -> ExitCode {
             concurrency,
             watch_secrets_in,
             ca_cert,
+            resync_seconds,
         } => {
             let identity = identity.unwrap_or_else(|| format!("{}-{}", nix_hostname(), std::process::id()));
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -87,6 +98,7 @@ fn main() -> ExitCode {
                     ca_bundle: std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from),
                     extra_ca: ca_cert,
                 },
+                resync: std::time::Duration::from_secs(resync_seconds),
             };
             match rt.block_on(nubo_controller::run(opts)) {
                 Ok(()) => ExitCode::SUCCESS,

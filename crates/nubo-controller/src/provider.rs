@@ -73,6 +73,7 @@ async fn reconcile_inner(p: &Provider, ctx: &Ctx) -> Result<Action, Error> {
     let ns = p.namespace().unwrap_or_default();
     let name = p.name_any();
     let key = format!("{ns}/{name}");
+    let key_text = key.clone();
     let generation = p.meta().generation;
     {
         let probed = ctx.probed.lock().unwrap_or_else(|e| e.into_inner());
@@ -100,7 +101,15 @@ async fn reconcile_inner(p: &Provider, ctx: &Ctx) -> Result<Action, Error> {
                     host: h.name.clone(),
                 };
                 match ctx.hosts.engine(&key, &h.uri, c) {
-                    Ok(engine) => crate::vm::resources(engine).await,
+                    Ok(engine) => crate::vm::resources(engine).await.map_err(|e| {
+                        let at = crate::hosts::Unreachable {
+                            provider: &key_text,
+                            host: &h.name,
+                            uri: &h.uri,
+                            secret: &p.spec.credentials_secret_ref.name,
+                        };
+                        crate::hosts::unreachable(&at, &e)
+                    }),
                     Err(e) => Err(e),
                 }
             }

@@ -85,6 +85,11 @@ struct Prepared {
     spec: VmSpec,
     engine: Arc<Engine>,
     host: String,
+    /// `namespace/name` of the Provider, the host's URI as it gives it, its credentials
+    /// Secret: what an unreachable host's message names.
+    provider: String,
+    uri: String,
+    secret: String,
 }
 
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -150,6 +155,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
     let follow = Follow {
         consoles: ctx.consoles.clone(),
         host: prepared.host.clone(),
+        key: format!("{ns}/{name}"),
     };
     let outcome = tokio::task::spawn_blocking(move || converge(&engine, &spec, running, &follow))
         .await
@@ -175,7 +181,16 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
             status.phase = Some(phase.into());
             ctx.metrics.set_phase(&ns, &name, phase);
         }
-        Err(r) => {
+        Err(mut r) => {
+            if r.reason == "HostUnreachable" {
+                let at = crate::hosts::Unreachable {
+                    provider: &prepared.provider,
+                    host: &prepared.host,
+                    uri: &prepared.uri,
+                    secret: &prepared.secret,
+                };
+                r.message = format!("{}; retried", crate::hosts::unreachable(&at, &r.message));
+            }
             set(&mut status, vm, "Provisioned", "False", r.reason, &r.message);
             status.phase = Some(r.phase.to_owned());
             ctx.metrics.set_phase(&ns, &name, r.phase);
@@ -190,19 +205,26 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Ctx, tr: &mut crate::trace::
         apply_status(&api, &name, &status, &ctx.manager).await?;
         tr.mark("status");
     }
-    // Readiness and the Secret's changes are polled: a VM not yet CloudInitDone soon, others slowly.
+    // Readiness is polled: a VM not yet CloudInitDone soon; others at the resync interval
+    // (Secret changes outside the watched namespaces, a domain changed behind the controller).
     let done = status
         .conditions
         .iter()
         .any(|c| c.type_ == "CloudInitDone" && c.status == "True");
-    let again = if running && !done { 5 } else { 30 };
-    Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(again))))
+    let again = if running && !done {
+        Duration::from_secs(5)
+    } else {
+        ctx.resync
+    };
+    Ok(Action::requeue(ctx.backoff.jittered(again)))
 }
 
 /// Whose console recorders a converge keeps: the controller's, for the VM's host.
 struct Follow {
     consoles: Arc<crate::consoles::Consoles>,
     host: String,
+    /// The VirtualMachine's `namespace/name` (for the test hook).
+    key: String,
 }
 
 /// Makes the VM if it is not there (or finishes an interrupted create), then the power state;
@@ -235,10 +257,18 @@ fn converge_traced(
         .as_ref()
         .is_none_or(|st| st.phase == nubo_engine::record::Phase::Creating);
     if creating {
+        // The create's steps are traced, and are where the test hook may stop it.
+        let mut steps = |e: nubo_engine::Event| {
+            if let Some(phase) = crate::trace::create_phase(&e) {
+                tr.mark(phase);
+                crate::trace::test_pause(phase, &follow.key);
+            }
+            quiet(e);
+        };
         let made = if running {
-            engine.create(spec, quiet)
+            engine.create(spec, &mut steps)
         } else {
-            engine.create_stopped(spec, quiet)
+            engine.create_stopped(spec, &mut steps)
         };
         tr.mark("create");
         made.map_err(|e| classify(&e))?;
@@ -417,6 +447,8 @@ async fn prepare(
         None => provider.spec.hosts.iter().collect(),
     };
     let mut reachable: Vec<(ProviderHost, Arc<Engine>, crate::hosts::Candidate)> = Vec::new();
+    let provider_key = format!("{pns}/{}", provider.name_any());
+    let secret = provider.spec.credentials_secret_ref.name.clone();
     for h in candidates {
         let key = HostKey {
             namespace: pns.clone(),
@@ -445,7 +477,15 @@ async fn prepare(
                 };
                 reachable.push((h.clone(), engine, c));
             }
-            Err(e) => reasons.push(format!("{}: {e}", h.name)),
+            Err(e) => {
+                let at = crate::hosts::Unreachable {
+                    provider: &provider_key,
+                    host: &h.name,
+                    uri: &h.uri,
+                    secret: &secret,
+                };
+                reasons.push(crate::hosts::unreachable(&at, &e));
+            }
         }
     }
     // The reachable host with the most free memory (see hosts::choose).
@@ -456,7 +496,7 @@ async fn prepare(
     let Some((host, engine)) = chosen else {
         return Ok(Err(refuse(
             "HostUnreachable",
-            format!("no host of Provider `{pns}/{}` is reachable ({}): check the hosts' libvirtd and the credentials Secret; retried", provider.name_any(), reasons.join("; ")),
+            format!("no host is reachable: {}; retried", reasons.join("; ")),
         )));
     };
     let vm_name = match nubo_core::VmName::parse(&domain_name(&ns, &name)) {
@@ -489,7 +529,10 @@ async fn prepare(
     Ok(Ok(Prepared {
         spec,
         engine,
+        uri: host.uri,
         host: host.name,
+        provider: provider_key,
+        secret,
     }))
 }
 

@@ -13,6 +13,22 @@ pub struct PullFetcher {
     /// The image store's directory (`Roots::images`).
     pub images: PathBuf,
     pub config: PullConfig,
+    /// Name a URL image with a checksum after that checksum (`url-sha256-<hex>`) instead of
+    /// after its file name: a daemon serving many users' URLs (the Kubernetes controller) must
+    /// not have `http://a/x/disk.qcow2` and `http://a/y/disk.qcow2` collide on the tag `disk`.
+    /// The same checksum is the same bytes, so sharing that name is sharing one image.
+    pub name_urls_by_checksum: bool,
+}
+
+/// The store name of a URL image verified against `sum`: `url-<algorithm>-<hex>` (a local
+/// reference of lowercase hex and `-`).
+pub fn url_image_name(sum: &nubo_image::Checksum) -> Result<nubo_image::ImageRef, EngineError> {
+    let text = format!("url-{}", sum.to_string().replace(':', "-"));
+    // sha512's 128 hex digits and the prefix exceed a component's 128 characters: the name
+    // keeps the first 117 digits (468 bits), far beyond any accidental collision.
+    let text: String = text.chars().take(nubo_image::reference::MAX_COMPONENT).collect();
+    nubo_image::ImageRef::parse(&text)
+        .map_err(|e| EngineError::spec(nubo_spec::Field::SourceUrlChecksum, e.to_string()))
 }
 
 impl ImageFetcher for PullFetcher {
@@ -36,6 +52,9 @@ impl ImageFetcher for PullFetcher {
                     .map(str::parse::<nubo_image::Checksum>)
                     .transpose()
                     .map_err(|e| EngineError::spec(nubo_spec::Field::SourceUrlChecksum, e.to_string()))?;
+                if self.name_urls_by_checksum {
+                    req.name = req.checksum.as_ref().map(url_image_name).transpose()?;
+                }
                 req.insecure_no_checksum = *insecure_no_checksum;
                 req.allow_http = *allow_http;
                 (url.clone(), req)
@@ -133,6 +152,7 @@ mod tests {
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config: PullConfig::default(),
+            name_urls_by_checksum: false,
         };
         let cancel = nubo_core::Cancel::new();
         cancel.cancel();
@@ -184,6 +204,7 @@ mod tests {
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config: PullConfig::default(),
+            name_urls_by_checksum: false,
         };
         let mut steps: Vec<String> = Vec::new();
 
@@ -206,6 +227,92 @@ mod tests {
     }
 
     #[test]
+    fn pull_fetcher_same_file_name_two_urls_named_by_checksum_both_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut served = Vec::new();
+        for size in [1u64 << 20, 2 << 20] {
+            let disk = dir.path().join(format!("src-{size}.qcow2"));
+            nubo_disk::create_qcow2(&disk, size).unwrap();
+            let bytes = std::fs::read(&disk).unwrap();
+            let digest = nubo_image::digest::sha256_bytes(&bytes);
+            // Two servers, one file name: `http://127.0.0.1:<port>/disk.qcow2`.
+            served.push((serve(bytes), digest));
+        }
+        let fetcher = PullFetcher {
+            images: dir.path().join("images"),
+            config: PullConfig::default(),
+            name_urls_by_checksum: true,
+        };
+        let fetch = |url: &str, digest: &str| {
+            fetcher.fetch(
+                &Fetch::Url {
+                    url: url.to_owned(),
+                    checksum: Some(digest.to_owned()),
+                    insecure_no_checksum: false,
+                    allow_http: true,
+                },
+                &nubo_core::Cancel::new(),
+                &mut |_| {},
+            )
+        };
+
+        let a = fetch(&served[0].0, &served[0].1).unwrap();
+        let b = fetch(&served[1].0, &served[1].1).unwrap();
+        let a_again = fetch(&served[0].0, &served[0].1).unwrap();
+
+        assert_eq!(a.digest, served[0].1);
+        assert_eq!(b.digest, served[1].1);
+        assert_ne!(a.path, b.path);
+        assert_ne!(a.reference, b.reference);
+        assert_eq!(a_again.digest, a.digest);
+        assert_eq!(a_again.path, a.path);
+        assert_eq!(a.reference, format!("url-{}:latest", served[0].1.replace(':', "-")));
+        let store = nubo_image::ImageStore::open(&dir.path().join("images")).unwrap();
+        assert_eq!(store.list().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn pull_fetcher_same_file_name_by_file_name_second_refused() {
+        // The CLI's naming, for contrast: the second `disk.qcow2` would re-point tag `disk`.
+        let dir = tempfile::tempdir().unwrap();
+        let mut served = Vec::new();
+        for size in [1u64 << 20, 2 << 20] {
+            let disk = dir.path().join(format!("src-{size}.qcow2"));
+            nubo_disk::create_qcow2(&disk, size).unwrap();
+            let bytes = std::fs::read(&disk).unwrap();
+            let digest = nubo_image::digest::sha256_bytes(&bytes);
+            served.push((serve(bytes), digest));
+        }
+        let fetcher = PullFetcher {
+            images: dir.path().join("images"),
+            config: PullConfig::default(),
+            name_urls_by_checksum: false,
+        };
+        let fetch = |(url, digest): &(String, String)| {
+            fetcher.fetch(
+                &Fetch::Url {
+                    url: url.clone(),
+                    checksum: Some(digest.clone()),
+                    insecure_no_checksum: false,
+                    allow_http: true,
+                },
+                &nubo_core::Cancel::new(),
+                &mut |_| {},
+            )
+        };
+
+        fetch(&served[0]).unwrap();
+        assert!(fetch(&served[1]).is_err());
+    }
+
+    #[test]
+    fn url_image_name_sha512_fits_a_component() {
+        let sum: nubo_image::Checksum = format!("sha512:{}", "ab".repeat(64)).parse().unwrap();
+        let r = url_image_name(&sum).unwrap();
+        assert!(r.to_string().starts_with("url-sha512-abab"), "{r}");
+    }
+
+    #[test]
     fn pull_fetcher_oci_reads_credentials_from_config_bad_file_names_it() {
         let dir = tempfile::tempdir().unwrap();
         let bad = dir.path().join("daemon-auth.json");
@@ -215,6 +322,7 @@ mod tests {
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config,
+            name_urls_by_checksum: false,
         };
         let r = nubo_image::OciRef::parse("127.0.0.1:1/team/vm:1").unwrap();
 
@@ -247,6 +355,7 @@ mod tests {
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config,
+            name_urls_by_checksum: false,
         };
         let r = nubo_image::OciRef::parse(&format!("127.0.0.1:{port}/team/vm:1")).unwrap();
         let mut steps: Vec<String> = Vec::new();

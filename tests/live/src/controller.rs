@@ -38,11 +38,11 @@ pub fn free_port() -> Result<u16, String> {
 }
 
 pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Result<Replica, String> {
-    start_replica_env(api, state, ns, id, &[])
+    start_replica_with(api, state, ns, id, &[])
 }
 
-/// [`start_replica`] with `env` added to the controller's environment.
-pub fn start_replica_env(
+/// [`start_replica`] with extra environment (`NUBO_CONTROLLER_RESYNC`, the test hooks).
+pub fn start_replica_with(
     api: &ApiServer,
     state: &Path,
     ns: &str,

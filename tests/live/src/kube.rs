@@ -115,6 +115,86 @@ impl ApiServer {
             .require()
             .map(|_| ())
     }
+
+    /// Restarts kube-apiserver alone, as after a crash: the process `run-apiserver.sh` started
+    /// (its pid file) is killed (SIGKILL: its graceful SIGTERM shutdown alone takes 10 s and
+    /// more, most of a client's 15 s lease) and started again with the same command line, so
+    /// the same port, certificates and etcd (which keeps running, with its data). The new pid
+    /// goes into the pid file, so `stop` (the drop) stops it. Returns when /readyz says ok, or
+    /// fails after 60 s. The script has no restart of its own: `start` wipes etcd's data.
+    pub fn restart_apiserver(&self) -> Result<(), String> {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        use std::time::Instant;
+        let pid_file = self.dir().join("apiserver.pid");
+        let text = std::fs::read_to_string(&pid_file).map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        let pid: i32 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("{}: not a pid: {text:?}", pid_file.display()))?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map_err(|e| format!("kube-apiserver (pid {pid}) is not running: {e}"))?;
+        let argv: Vec<std::ffi::OsString> = cmdline
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(a).to_owned())
+            .collect();
+        let is_apiserver = argv.first().and_then(|a| Path::new(a).file_name()).is_some_and(|n| {
+            let n = n.to_string_lossy();
+            n.starts_with("kube-apiserver") || n.starts_with("kube-generic")
+        });
+        if !is_apiserver {
+            return Err(format!(
+                "pid {pid} of {} is not kube-apiserver: {argv:?}",
+                pid_file.display()
+            ));
+        }
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
+                .unwrap_or(true)
+        };
+        kill(Pid::from_raw(pid), Signal::SIGKILL).map_err(|e| format!("killing kube-apiserver (pid {pid}): {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !gone() {
+            if Instant::now() >= deadline {
+                return Err(format!("kube-apiserver (pid {pid}) outlived SIGKILL by 20 s"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(self.dir().join("apiserver.log"))
+            .map_err(|e| format!("apiserver.log: {e}"))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("starting kube-apiserver again: {e}"))?;
+        std::fs::write(&pid_file, format!("{}\n", child.id())).map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        // Reaped when it ends (the script's `stop`, by the pid file).
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.kubectl(&["get", "--raw", "/readyz"])?;
+            if out.ok && out.stdout.trim() == "ok" {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "kube-apiserver not ready 60 s after its restart: {} {}",
+                    out.stdout, out.stderr
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
 }
 
 impl Drop for ApiServer {

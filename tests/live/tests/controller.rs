@@ -11,14 +11,21 @@
 //! - `running: false`: Provisioned (domain defined, seed and OS disk volumes in the pool),
 //!   Stopped, `status.uuid` = the domain's UUID, the host recorded; the seed carries the
 //!   rendered user-data (`${vm.uuid}` = the UUID);
-//! - the VMImage is Ready for the host; one with a wrong checksum is Failed, and it and a VM
-//!   using it (ImageChecksumMismatch) leave nothing in the pool and no partial file;
+//! - the VMImage is Ready for the host; one with a wrong checksum (its URL ending in the same
+//!   file name) is Failed, and it and a VM using it (ImageChecksumMismatch) leave nothing in the
+//!   pool and no partial file;
 //! - the Providers' status: the reachable host's free memory and CPUs, the unreachable one's
 //!   reason;
 //! - the Secret changed: SeedCurrent=False promptly (the controller watches the namespace's
-//!   Secrets), the seed volume unchanged;
-//! - the controller killed mid-create, restarted: one domain;
-//! - `running: true` starts that domain, `running: false` stops it (not awaited);
+//!   Secrets; every replica's resync is an hour, so only the watch can explain it), the seed
+//!   volume unchanged;
+//! - the controller killed at three points of a create (the test hook
+//!   `NUBO_CONTROLLER_TEST_PAUSE`: the domain defined without disk or seed; the disk without
+//!   the seed; the seed before the VM is recorded created), restarted: one domain each, with
+//!   exactly its disk and seed volumes;
+//! - `running: true` starts that domain; kube-apiserver killed and started again under it
+//!   (same etcd, port and certificates): the controller stays up (the outage is shorter than
+//!   its 15 s lease), its watches resume, `running: false` stops it, no domain is duplicated;
 //! - two replicas: one leads (readyz), the other takes over when the first is killed;
 //! - delete: the finalizer removes domain, seed and disk volumes, leaves the base volume;
 //! - libvirtd restarted under the running VM: the controller deletes through the new one;
@@ -36,7 +43,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::controller::{http_get, serve, start_replica, tail, wait_ready};
+use nubo_live::controller::{http_get, serve, start_replica_with, tail, wait_ready};
 use nubo_live::kube::ApiServer;
 use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
 use nubo_live::{LiveTest, TestResult, TestRoot};
@@ -52,6 +59,40 @@ const POOL: &str = "k8spool";
 const IID: &str = "nubo-k8s-instance-id";
 /// One TCG boot over TLS through UEFI, to cloud-init done.
 const BOOT: Duration = Duration::from_secs(600);
+/// Every replica's resync: an hour, so a prompt update can only come from a watch.
+const RESYNC: (&str, &str) = ("NUBO_CONTROLLER_RESYNC", "3600");
+
+/// Waits until the controller's log `log` holds `line`.
+fn wait_log(log: &Path, line: &str, timeout: Duration) -> TestResult {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if std::fs::read_to_string(log).unwrap_or_default().contains(line) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("`{line}` not in {} within {timeout:?}", log.display()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// VM `name` is Provisioned with exactly one domain of its name and exactly its OS disk and
+/// seed volumes; its domain's name.
+fn one_domain(api: &ApiServer, lv: &Libvirtd, ns: &str, name: &str) -> Result<String, String> {
+    let v = wait_cond(api, ns, name, "Provisioned", "True", None, QUICK)?;
+    let dom = domain_of(lv, v["status"]["uuid"].as_str().unwrap_or_default())?;
+    let all = domains(lv)?;
+    let mine: Vec<&String> = all.iter().filter(|d| d.starts_with(&format!("{name}-"))).collect();
+    if mine != [&dom] {
+        return Err(format!("want exactly {name}'s domain {dom}: {all:?}"));
+    }
+    let vols: Vec<String> = volumes(lv)?.into_iter().filter(|v| v.starts_with(&dom)).collect();
+    let want = [format!("{dom}-cidata.iso"), format!("{dom}.qcow2")];
+    if vols != want {
+        return Err(format!("{name}'s volumes: want {want:?}, have {vols:?}"));
+    }
+    Ok(dom)
+}
 
 fn main() -> ExitCode {
     nubo_live::run(vec![LiveTest::new(
@@ -339,7 +380,14 @@ stringData:
 "#
     ))?;
 
-    let mut a = start_replica(api, state, ns, "a")?;
+    let pause_vk = format!("defined:{ns}/vk");
+    let mut a = start_replica_with(
+        api,
+        state,
+        ns,
+        "a",
+        &[RESYNC, ("NUBO_CONTROLLER_TEST_PAUSE", &pause_vk)],
+    )?;
     wait_ready(&mut a, QUICK)?;
     let vm = |name: &str, class: &str, provider: &str, running: bool, key: &str| {
         format!(
@@ -452,8 +500,10 @@ spec:
     }
     let vols_before = volumes(lv)?;
     let wrong = format!("sha256:{}", "0".repeat(64));
-    // Another file name: the store names an image after its URL's file.
-    let other = url.replace("debian-12.qcow2", "other.qcow2");
+    // The same file name under another path: the controller names a URL image after its
+    // checksum, so this one neither takes debian-12's store name (which would refuse it as a
+    // re-pointed tag, not fail its checksum) nor aliases it.
+    let other = url.replace("/debian-12.qcow2", "/y/debian-12.qcow2");
     api.apply(&format!(
         "apiVersion: nubo.dev/v1alpha1\nkind: VMImage\nmetadata: {{name: wrong, namespace: {ns}}}\nspec:\n  sources:\n    - {{providerClass: libvirt, kind: Url, ref: \"{other}\", checksum: \"{wrong}\"}}\n"
     ))?;
@@ -490,6 +540,27 @@ spec:
         std::thread::sleep(Duration::from_millis(500));
     }
 
+    // The unreachable host's message names the Provider, host and URI and the controller's
+    // fix, not the CLI's flags.
+    let nu = condition(&get_vm(api, ns, "nu")?, "Provisioned").unwrap_or_default();
+    let nu_msg = nu["message"].as_str().unwrap_or_default();
+    let unreachable_ok = |m: &str| {
+        [
+            "host `hv9`",
+            &format!("Provider `{ns}/down`"),
+            &format!("`{closed}`"),
+            "hosts[].uri",
+            "credentialsSecretRef Secret `lab-tls`",
+        ]
+        .iter()
+        .all(|w| m.contains(w))
+            && !m.contains("--connect")
+            && !m.contains("NUBO_LIBVIRT_URI")
+    };
+    if !unreachable_ok(nu_msg) {
+        return Err(format!("nu's HostUnreachable message: {nu_msg}"));
+    }
+
     let after = domains(lv)?;
     if after != before {
         return Err(format!(
@@ -516,13 +587,13 @@ spec:
     }
     let down = wait_json(api, ns, "provider", "down", "/status/hosts/0/name", "hv9", QUICK)?;
     let h = &down["status"]["hosts"][0];
-    if h["reachable"] != false || h["reason"].as_str().unwrap_or_default().is_empty() {
+    if h["reachable"] != false || !unreachable_ok(h["reason"].as_str().unwrap_or_default()) {
         return Err(format!("provider down's status: {}", down["status"]));
     }
     println!("provider status: lab {} / down {}", lab["status"]["hosts"], h);
 
     // 5. The Secret changes: SeedCurrent=False, the seed is not rewritten. The controller
-    // watches the namespace's Secrets: va follows before its 30 s poll would come.
+    // watches the namespace's Secrets: va follows at once (its resync is an hour away).
     let t_secret = Instant::now();
     api.kubectl(&[
         "-n",
@@ -545,31 +616,36 @@ spec:
         return Err("the seed volume was rewritten after the Secret changed".into());
     }
 
-    // 6. Killed mid-create, restarted: one domain.
+    // 6. Killed at three points of a create, restarted: one domain each, with its volumes.
+    // The test hook stops a create at a phase; the replica is killed there.
     api.apply(&vm("vk", &small, "lab", false, "user-data"))?;
-    let deadline = Instant::now() + QUICK;
-    let killed_at = loop {
-        let d = domains(lv)?;
-        let new: Vec<String> = d.iter().filter(|x| !after.contains(x)).cloned().collect();
-        if !new.is_empty() {
-            a.guard.kill();
-            break new;
-        }
-        if Instant::now() >= deadline {
-            return Err("vk's domain never appeared".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    println!("killed the controller once vk's domain existed: {killed_at:?}");
-    let mut a = start_replica(api, state, ns, "a2")?;
-    wait_ready(&mut a, Duration::from_secs(60))?;
-    let vk = wait_cond(api, ns, "vk", "Provisioned", "True", None, QUICK)?;
-    let vk_dom = domain_of(lv, vk["status"]["uuid"].as_str().unwrap_or_default())?;
-    let all = domains(lv)?;
-    let vk_like: Vec<&String> = all.iter().filter(|d| d.starts_with("vk-")).collect();
-    if vk_like != [&vk_dom] {
-        return Err(format!("want exactly vk's domain {vk_dom}: {all:?}"));
+    wait_log(&a.log, &format!("test hook: paused at defined of {ns}/vk"), QUICK)?;
+    if !domains(lv)?.iter().any(|d| d.starts_with("vk-")) {
+        return Err(format!(
+            "vk paused after its domain was defined, yet none: {:?}",
+            domains(lv)?
+        ));
     }
+    a.guard.kill();
+    let pauses = format!("disk:{ns}/vk2,seed:{ns}/vk3");
+    let mut a = start_replica_with(api, state, ns, "a2", &[RESYNC, ("NUBO_CONTROLLER_TEST_PAUSE", &pauses)])?;
+    api.apply(&vm("vk2", &small, "lab", false, "user-data"))?;
+    api.apply(&vm("vk3", &small, "lab", false, "user-data"))?;
+    wait_ready(&mut a, Duration::from_secs(60))?;
+    wait_log(&a.log, &format!("test hook: paused at disk of {ns}/vk2"), QUICK)?;
+    wait_log(&a.log, &format!("test hook: paused at seed of {ns}/vk3"), QUICK)?;
+    let vols = volumes(lv)?;
+    let made = |prefix: &str, suffix: &str| vols.iter().any(|v| v.starts_with(prefix) && v.ends_with(suffix));
+    if !made("vk2-", ".qcow2") || made("vk2-", "-cidata.iso") || !made("vk3-", "-cidata.iso") {
+        return Err(format!("paused at vk2's disk and vk3's seed, the pool has: {vols:?}"));
+    }
+    a.guard.kill();
+    println!("killed the controller at vk's defined, vk2's disk, vk3's seed");
+    let mut a = start_replica_with(api, state, ns, "a3", &[RESYNC])?;
+    wait_ready(&mut a, Duration::from_secs(60))?;
+    let vk_dom = one_domain(api, lv, ns, "vk")?;
+    one_domain(api, lv, ns, "vk2")?;
+    one_domain(api, lv, ns, "vk3")?;
 
     // 7. running: true starts the domain, false stops it (no wait for cloud-init: the guest
     // only has to run).
@@ -592,14 +668,33 @@ spec:
     if on["status"]["phase"] != "Running" || !lv.virsh(&["domstate", &vk_dom])?.stdout.contains("running") {
         return Err(format!("running: true did not start {vk_dom}: {}", on["status"]));
     }
+    // kube-apiserver restarted under the running vk: the controller's watches resume (vk's
+    // resync is an hour away: only the watch brings `running: false`), nothing is duplicated.
+    let sorted = |mut d: Vec<String>| {
+        d.sort();
+        d
+    };
+    let doms_before = sorted(domains(lv)?);
+    let t_api = Instant::now();
+    api.restart_apiserver()?;
+    println!("timing kube-apiserver restart: {:.1}s", t_api.elapsed().as_secs_f64());
     patch(false)?;
     wait_cond(api, ns, "vk", "Running", "False", None, QUICK)?;
     if !lv.virsh(&["domstate", &vk_dom])?.stdout.contains("shut off") {
         return Err(format!("running: false did not stop {vk_dom}"));
     }
+    if sorted(domains(lv)?) != doms_before {
+        return Err(format!(
+            "the apiserver's restart changed the domains: {doms_before:?} -> {:?}",
+            domains(lv)?
+        ));
+    }
+    if a.guard.exited().is_some() {
+        return Err("the controller ended when the apiserver restarted".into());
+    }
 
     // 8. Two replicas: b waits; when a is killed, b takes over and reconciles.
-    let mut b = start_replica(api, state, ns, "b")?;
+    let mut b = start_replica_with(api, state, ns, "b", &[RESYNC])?;
     std::thread::sleep(Duration::from_secs(3));
     if http_get(b.port, "/readyz")?.0 != 503 {
         return Err("a second replica is ready while the first leads".into());
@@ -659,7 +754,7 @@ spec:
                 .and_then(|(_, rest)| rest.split_once(';'))
                 .map(|(list, _)| list.split(", ").collect())
                 .unwrap_or_default();
-            if named != ["nc", "np", "ns", "nt", "nu", "ve", "vk"] {
+            if named != ["nc", "np", "ns", "nt", "nu", "ve", "vk", "vk2", "vk3"] {
                 return Err(format!("the hold does not name the VMs using the image: {m}"));
             }
             println!("vmimage debian-12 held: {m}");
@@ -689,6 +784,8 @@ spec:
         "vm",
         "ve",
         "vk",
+        "vk2",
+        "vk3",
         "nc",
         "np",
         "ns",

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{json, nubo, nubo_in};
-use nubo_live::controller::{crds_namespace_credentials, libvirtd_with_pool, start_replica_env, tail, wait_ready};
+use nubo_live::controller::{crds_namespace_credentials, libvirtd_with_pool, start_replica_with, tail, wait_ready};
 use nubo_live::kube::ApiServer;
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::registry::{Registry, PASSWORD, USER};
@@ -238,7 +238,7 @@ spec: {{vcpus: 1, memory: 256Mi, sizeGiB: 1}}
     api.apply(&yaml)?;
 
     let ca = reg.ca.display().to_string();
-    let mut c = start_replica_env(api, state, ns, "oci", &[("NUBO_CA_CERT", &ca)])?;
+    let mut c = start_replica_with(api, state, ns, "oci", &[("NUBO_CA_CERT", &ca)])?;
     wait_ready(&mut c, QUICK)?;
 
     let t = Instant::now();

@@ -561,7 +561,13 @@ impl Backend for LibvirtBackend {
         {
             let _ = p.refresh();
             if let Some(v) = p.volume(&disk).map_err(remote(format!("looking up volume `{disk}`")))? {
-                if !disk_is_ours(&v, &pool, &spec.vm_dir, Some(&spec.disk.base), &disk)? {
+                // On a remote host the VM's disk backs onto the base's volume in the pool.
+                let base = if uri.is_local() {
+                    Some(spec.disk.base.clone())
+                } else {
+                    remote_base_path(&p, &spec.disk.base, &spec.disk.base_format)
+                };
+                if !disk_is_ours(&v, &pool, &spec.vm_dir, base.as_deref(), &disk)? {
                     return Err(foreign_disk(&disk, &pool));
                 }
             }
@@ -887,7 +893,21 @@ impl Backend for LibvirtBackend {
                 .volume(&disk)
                 .map_err(remote(format!("looking up volume `{disk}`")))?
             {
-                let backing = st.base_volume.as_deref().map(Path::new).or(st.base.as_deref());
+                // The base volume is recorded by `prepare`: a create killed between `store_disk`
+                // and it left only the local base, whose volume in the pool is found by digest.
+                let derived = match (&st.base_volume, &st.base) {
+                    (None, Some(b)) if !st.uri.is_local() => {
+                        let format = b.extension().and_then(|e| e.to_str()).unwrap_or_default();
+                        remote_base_path(&pool, b, format)
+                    }
+                    _ => None,
+                };
+                let backing = st
+                    .base_volume
+                    .as_deref()
+                    .map(Path::new)
+                    .or(derived.as_deref())
+                    .or(st.base.as_deref());
                 if disk_is_ours(&v, &st.pool, vm.vm_dir, backing, &disk)? {
                     v.delete().map_err(remote(format!("deleting disk volume `{disk}`")))?;
                 }
@@ -1129,6 +1149,22 @@ fn disk_is_ours(
         detail: e,
     })?;
     Ok(disk_owned(pool, vm_dir, base, backing.as_deref()))
+}
+
+/// The path in `pool` of the content-addressed base volume of the store blob `base` (named by
+/// its digest, see [`base::volume_name`]), when there is one: what a remote VM's disk volume
+/// backs onto. `None` for a base that is not a store blob, or whose volume is not in the pool.
+fn remote_base_path(pool: &ffi::StoragePool, base: &Path, format: &str) -> Option<PathBuf> {
+    let name = remote_base_name(base, format)?;
+    let vol = pool.volume(&name).ok()??;
+    vol.path().ok().map(PathBuf::from)
+}
+
+/// [`remote_base_path`]'s name, pure: `nubo-base-<16 hex>.<format>` of a store blob.
+fn remote_base_name(base: &Path, format: &str) -> Option<String> {
+    let digest = base::digest_from_name(base)?;
+    let name = base::volume_name(&digest, format);
+    base::is_base_volume(&name).then_some(name)
 }
 
 /// [`disk_is_ours`]'s rule, pure: nubo's own pool, or a backing store that is the VM's base.
@@ -1692,6 +1728,19 @@ mod tests_unit {
         let s = backend_snapshot(SNAP_S1, "web", &[]).unwrap();
 
         assert_eq!(s.vm_state_size, 0);
+    }
+
+    #[test]
+    fn remote_base_name_of_a_store_blob_only() {
+        let hex = "0123456789abcdef".repeat(4);
+        let blob = PathBuf::from(format!("/r/images/blobs/{hex}.qcow2"));
+        assert_eq!(
+            remote_base_name(&blob, "qcow2").as_deref(),
+            Some("nubo-base-0123456789abcdef.qcow2")
+        );
+        // A user's own --disk is not named by its digest: no volume is derived from it.
+        assert_eq!(remote_base_name(Path::new("/home/u/debian.qcow2"), "qcow2"), None);
+        assert_eq!(remote_base_name(&blob, "iso"), None);
     }
 
     #[test]
