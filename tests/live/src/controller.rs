@@ -204,3 +204,22 @@ pub fn crds_namespace_credentials(api: &ApiServer, ns: &str, tls: &Path) -> Test
     .require()?;
     Ok(())
 }
+
+/// Every domain of `lv`, by name, sorted.
+pub fn domains(lv: &Libvirtd) -> Result<Vec<String>, String> {
+    let out = lv.virsh(&["list", "--all", "--name"])?.require()?;
+    let mut d: Vec<String> = out.stdout.split_whitespace().map(str::to_owned).collect();
+    d.sort();
+    Ok(d)
+}
+
+/// The volumes of `pool`, by name.
+pub fn volumes(lv: &Libvirtd, pool: &str) -> Result<Vec<String>, String> {
+    let out = lv.virsh(&["vol-list", "--pool", pool])?.require()?;
+    Ok(out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|v| v != "Name" && !v.starts_with("---"))
+        .collect())
+}

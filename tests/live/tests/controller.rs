@@ -43,9 +43,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::controller::{http_get, serve, start_replica_with, tail, wait_ready};
+use nubo_live::controller::{
+    crds_namespace_credentials, domains, http_get, libvirtd_with_pool, serve, start_replica_with, tail, wait_ready,
+};
 use nubo_live::kube::ApiServer;
-use nubo_live::libvirtd::{Libvirtd, Options, TlsListen};
+use nubo_live::libvirtd::Libvirtd;
 use nubo_live::{LiveTest, TestResult, TestRoot};
 use serde_json::Value;
 
@@ -189,25 +191,8 @@ fn walk(dir: &Path) -> Vec<String> {
     out
 }
 
-fn domains(lv: &Libvirtd) -> Result<Vec<String>, String> {
-    let out = lv.virsh(&["list", "--all", "--name"])?.require()?;
-    Ok(out
-        .stdout
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect())
-}
-
 fn volumes(lv: &Libvirtd) -> Result<Vec<String>, String> {
-    let out = lv.virsh(&["vol-list", "--pool", POOL])?.require()?;
-    Ok(out
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .filter(|v| v != "Name" && !v.starts_with("---"))
-        .collect())
+    nubo_live::controller::volumes(lv, POOL)
 }
 
 /// The domain whose UUID is `uuid`.
@@ -228,22 +213,7 @@ fn controller() -> TestResult {
     let t = Instant::now();
     let api = ApiServer::start()?;
     println!("timing apiserver start: {:.1}s", t.elapsed().as_secs_f64());
-    let mut lv = Libvirtd::start_with(Options {
-        tls: Some(TlsListen { net: "10.250.78" }),
-        ..Options::default()
-    })?;
-    let (uri, tls_dir) = lv.tls.clone().ok_or("the harness made no TLS listener")?;
-    let pool_dir = lv.dir().join("k8s-pool");
-    std::fs::create_dir_all(&pool_dir).map_err(|e| format!("pool dir: {e}"))?;
-    lv.virsh(&[
-        "pool-define-as",
-        POOL,
-        "dir",
-        "--target",
-        &pool_dir.display().to_string(),
-    ])?
-    .require()?;
-    lv.virsh(&["pool-start", POOL])?.require()?;
+    let (mut lv, uri, tls_dir) = libvirtd_with_pool("10.250.78", POOL)?;
     let root = TestRoot::new()?;
     let image = root.with_debian_image()?;
     let url = serve(image.qcow2.clone())?;
@@ -273,24 +243,11 @@ fn cases(
     state: &Path,
 ) -> TestResult {
     // 1. The CRDs as deploy/ ships them.
-    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds.yaml");
-    api.kubectl(&["apply", "-f", &crds.display().to_string()])?.require()?;
-    api.kubectl(&[
-        "wait",
-        "--for",
-        "condition=Established",
-        "--timeout=60s",
-        "crd/virtualmachines.nubo.dev",
-        "crd/vmclasses.nubo.dev",
-        "crd/vmimages.nubo.dev",
-        "crd/providers.nubo.dev",
-    ])?
-    .require()?;
+    crds_namespace_credentials(api, ns, tls)?;
     let explain = api.kubectl(&["explain", "virtualmachine.spec.classRef"])?.require()?;
     if !explain.stdout.contains("VMClass") {
         return Err(format!("kubectl explain shows no description:\n{}", explain.stdout));
     }
-    api.kubectl(&["create", "namespace", ns])?.require()?;
     let listed = api.kubectl(&["-n", ns, "get", "vm"])?.require()?;
     if !(listed.stdout.is_empty() && listed.stderr.contains("No resources found")) {
         return Err(format!(
@@ -299,20 +256,7 @@ fn cases(
         ));
     }
 
-    // 2. The Provider's credentials, a Provider, classes, the image, a user-data Secret.
-    let tls_s = tls.display().to_string();
-    api.kubectl(&[
-        "-n",
-        ns,
-        "create",
-        "secret",
-        "generic",
-        "lab-tls",
-        &format!("--from-file=cacert.pem={tls_s}/cacert.pem"),
-        &format!("--from-file=clientcert.pem={tls_s}/clientcert.pem"),
-        &format!("--from-file=clientkey.pem={tls_s}/clientkey.pem"),
-    ])?
-    .require()?;
+    // 2. A Provider (its credentials are in `lab-tls`), classes, the image, a user-data Secret.
     let closed = uri.replace("10.250.78.1/", "10.250.78.1:16599/");
     api.apply(&format!(
         r#"

@@ -18,7 +18,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nubo_live::cli::{json, nubo, nubo_in};
-use nubo_live::controller::{crds_namespace_credentials, libvirtd_with_pool, start_replica_with, tail, wait_ready};
+use nubo_live::controller::{
+    crds_namespace_credentials, domains, libvirtd_with_pool, start_replica_with, tail, wait_ready,
+};
 use nubo_live::kube::ApiServer;
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::registry::{Registry, PASSWORD, USER};
@@ -73,18 +75,7 @@ fn cond(v: &Value, t: &str) -> Value {
 }
 
 fn volumes(lv: &Libvirtd) -> Result<Vec<String>, String> {
-    let out = lv.virsh(&["vol-list", "--pool", POOL])?.require()?;
-    Ok(out
-        .stdout
-        .lines()
-        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
-        .filter(|v| v != "Name" && !v.starts_with("---"))
-        .collect())
-}
-
-fn domains(lv: &Libvirtd) -> Result<Vec<String>, String> {
-    let out = lv.virsh(&["list", "--all", "--name"])?.require()?;
-    Ok(out.stdout.split_whitespace().map(str::to_owned).collect())
+    nubo_live::controller::volumes(lv, POOL)
 }
 
 fn controller_oci() -> TestResult {
