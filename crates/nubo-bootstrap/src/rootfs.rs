@@ -154,10 +154,19 @@ StandardOutput=journal+console
 /// The four stage units as Debian 12's cloud-init ships them: (the drop-in nubo adds, the argv
 /// the unit's ExecStart gives /usr/bin/cloud-init).
 pub const STAGE_DROPINS: &[(&str, &str)] = &[
-    ("etc/systemd/system/cloud-init-local.service.d/nubo-zygote.conf", "init --local"),
+    (
+        "etc/systemd/system/cloud-init-local.service.d/nubo-zygote.conf",
+        "init --local",
+    ),
     ("etc/systemd/system/cloud-init.service.d/nubo-zygote.conf", "init"),
-    ("etc/systemd/system/cloud-config.service.d/nubo-zygote.conf", "modules --mode=config"),
-    ("etc/systemd/system/cloud-final.service.d/nubo-zygote.conf", "modules --mode=final"),
+    (
+        "etc/systemd/system/cloud-config.service.d/nubo-zygote.conf",
+        "modules --mode=config",
+    ),
+    (
+        "etc/systemd/system/cloud-final.service.d/nubo-zygote.conf",
+        "modules --mode=final",
+    ),
 ];
 
 /// A stage unit's drop-in: same name, ordering and type, its ExecStart through the zygote.
@@ -207,7 +216,11 @@ fn zygote_script() -> String {
             .filter_map(|l| l.strip_prefix(" - "))
             .map(|m| format!("cloudinit.config.cc_{}", m.replace('-', "_"))),
     );
-    let list = preload.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(", ");
+    let list = preload
+        .iter()
+        .map(|m| format!("\"{m}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     ZYGOTE_PY.replace("@PRELOAD@", &format!("[{list}]"))
 }
 
@@ -543,7 +556,10 @@ mod tests {
         // Ordered after nothing the stage units come before: no ordering cycle.
         let after: Vec<&str> = u.lines().filter(|l| l.starts_with("After=")).collect();
         assert_eq!(after, ["After=systemd-journald.socket"]);
-        assert!(!u.contains("[Install]"), "pulled in by the stage units, not enabled:\n{u}");
+        assert!(
+            !u.contains("[Install]"),
+            "pulled in by the stage units, not enabled:\n{u}"
+        );
     }
 
     #[test]
@@ -642,7 +658,11 @@ mod tests {
         let served = |args: &[&str], code: i32| {
             let (c, out) = stage(args);
             assert_eq!(c, Some(code), "{args:?}: {out}");
-            assert_eq!(out, format!("stage {} from-client {zpid}\n", args.join(" ")), "{args:?}");
+            assert_eq!(
+                out,
+                format!("stage {} from-client {zpid}\n", args.join(" ")),
+                "{args:?}"
+            );
         };
         served(&["init", "--local"], 0);
         served(&["init"], 0);
@@ -655,7 +675,10 @@ mod tests {
         assert!(!sock.exists());
         let log = std::fs::read_to_string(run.join("served")).unwrap();
         let stages: Vec<&str> = log.lines().map(|l| l.split(" pid ").next().unwrap()).collect();
-        assert_eq!(stages, ["init --local", "init", "modules --mode=config", "modules --mode=final"]);
+        assert_eq!(
+            stages,
+            ["init --local", "init", "modules --mode=config", "modules --mode=final"]
+        );
         // Gone after the final stage: the normal way again.
         assert_eq!(stage(&["init"]), (Some(0), "init\n".into()));
     }
