@@ -146,9 +146,12 @@ guest_report() {
      systemd-analyze; echo "-- systemd-analyze blame (top 15)"; systemd-analyze blame | head -15;
      echo "-- systemd-analyze critical-chain"; systemd-analyze critical-chain --no-pager | tail -n +2 | head -25;
      echo "-- cloud-init analyze show"; sudo cloud-init analyze show;
+     echo "-- stages served by the cloud-init zygote (recipe 5+)"; sudo cat /run/nubo-cloud-init/served 2>/dev/null || echo none;
+     sudo journalctl -b -o cat -u nubo-cloud-init-zygote.service 2>/dev/null | grep -m1 imported || true;
      echo "-- what each of the four cloud-init processes pays before its stage starts (warm cache)";
      ms() { s=$(date +%s%N); "$@"; e=$(date +%s%N); echo "$(( (e - s) / 1000000 )) ms"; };
      echo "python3 -c pass: $(ms python3 -c pass)";
+     echo "python3 -I -S -c pass (the zygote client): $(ms python3 -I -S -c pass)";
      echo "python3 -c \"import cloudinit.cmd.main\": $(ms python3 -c "import cloudinit.cmd.main")"' 2>&1 | sed 's/^/    /' || echo "    (could not reach the guest over SSH)"
 }
 

@@ -12,7 +12,8 @@ use crate::error::BootstrapError;
 /// modules initramfs, timestamp-checked .pyc, idle units masked.
 /// 4: sshd is not reloaded when the other host keys appear after cloud-init (the reload reset
 /// connections made just after cloud-init's closing line).
-pub const RECIPE_VERSION: u32 = 4;
+/// 5: cloud-init imported once per boot: a zygote forks each of the four stages (issue 25).
+pub const RECIPE_VERSION: u32 = 5;
 
 /// The packages of every image, on top of `--variant=minbase` (no recommends). Each one is here
 /// because a cloud image cannot do without it:

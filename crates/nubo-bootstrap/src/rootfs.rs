@@ -110,6 +110,120 @@ cloud_final_modules:
  - power-state-change
 ";
 
+/// cloud-init's zygote (recipe 5, issue 25): one python3 per boot imports cloud-init, then
+/// forks a child per stage, instead of four processes each importing it (most of first boot
+/// under TCG). `@PRELOAD@` becomes the modules the stages import beyond `cloudinit.cmd.main`.
+const ZYGOTE_PY: &str = include_str!("zygote/cloud-init-zygote");
+
+/// The stage units' client: hands its argv, environment and stdio to the zygote and exits with
+/// the stage's status, or runs the stage the normal way when the zygote is not there.
+const STAGE_PY: &str = include_str!("zygote/cloud-init-stage");
+
+pub const ZYGOTE_PATH: &str = "/usr/lib/nubo/cloud-init-zygote";
+pub const STAGE_PATH: &str = "/usr/lib/nubo/cloud-init-stage";
+pub const ZYGOTE_UNIT_NAME: &str = "nubo-cloud-init-zygote.service";
+
+/// Started as early as boot allows (only the journal first; the root filesystem is readable,
+/// read-only, from the initramfs on), pulled in and waited for by the stage units' drop-ins
+/// (`Wants=`/`After=`), so it runs exactly when cloud-init does and adds no ordering cycle:
+/// it is ordered after nothing a stage unit comes before. `Type=notify`: ready once cloud-init
+/// is imported; past `TimeoutStartSec` systemd stops it and the stages run the normal way.
+/// `KillMode=process`, as cloud-final.service: what runcmd starts (a child of the final stage's
+/// process, which lives in this unit) survives the zygote's exit.
+const ZYGOTE_UNIT: &str = "\
+[Unit]
+Description=cloud-init imported once for the boot's four stages (nubo bootstrap image)
+DefaultDependencies=no
+After=systemd-journald.socket
+Before=cloud-init-local.service shutdown.target
+Conflicts=shutdown.target
+ConditionPathExists=!/etc/cloud/cloud-init.disabled
+ConditionKernelCommandLine=!cloud-init=disabled
+
+[Service]
+Type=notify
+ExecStart=/usr/bin/python3 -I /usr/lib/nubo/cloud-init-zygote
+RuntimeDirectory=nubo-cloud-init
+RuntimeDirectoryMode=0700
+RuntimeDirectoryPreserve=yes
+TimeoutStartSec=300
+KillMode=process
+StandardOutput=journal+console
+";
+
+/// The four stage units as Debian 12's cloud-init ships them: (the drop-in nubo adds, the argv
+/// the unit's ExecStart gives /usr/bin/cloud-init).
+pub const STAGE_DROPINS: &[(&str, &str)] = &[
+    (
+        "etc/systemd/system/cloud-init-local.service.d/nubo-zygote.conf",
+        "init --local",
+    ),
+    ("etc/systemd/system/cloud-init.service.d/nubo-zygote.conf", "init"),
+    (
+        "etc/systemd/system/cloud-config.service.d/nubo-zygote.conf",
+        "modules --mode=config",
+    ),
+    (
+        "etc/systemd/system/cloud-final.service.d/nubo-zygote.conf",
+        "modules --mode=final",
+    ),
+];
+
+/// A stage unit's drop-in: same name, ordering and type, its ExecStart through the zygote.
+fn stage_dropin(args: &str) -> String {
+    format!(
+        "[Unit]\nWants={ZYGOTE_UNIT_NAME}\nAfter={ZYGOTE_UNIT_NAME}\n\n[Service]\nExecStart=\nExecStart=/usr/bin/python3 -I -S {STAGE_PATH} {args}\n"
+    )
+}
+
+/// The zygote with its preload list: every module CLOUD_CFG names (`cloudinit.config.cc_*`)
+/// and what the stages load besides (the NoCloud datasource, Debian's distro, the network
+/// renderers, the user-data handlers, schema validation).
+fn zygote_script() -> String {
+    let mut preload: Vec<String> = [
+        "cloudinit.stages",
+        "cloudinit.config.modules",
+        "cloudinit.config.schema",
+        "cloudinit.sources.DataSourceNoCloud",
+        "cloudinit.sources.DataSourceNone",
+        "cloudinit.distros.debian",
+        "cloudinit.net.eni",
+        "cloudinit.net.netplan",
+        "cloudinit.net.networkd",
+        "cloudinit.net.sysconfig",
+        "cloudinit.net.renderers",
+        "cloudinit.net.activators",
+        "cloudinit.net.dhcp",
+        "cloudinit.net.cmdline",
+        "cloudinit.handlers.boot_hook",
+        "cloudinit.handlers.cloud_config",
+        "cloudinit.handlers.jinja_template",
+        "cloudinit.handlers.shell_script",
+        "cloudinit.handlers.shell_script_by_frequency",
+        "cloudinit.templater",
+        "cloudinit.ssh_util",
+        "cloudinit.url_helper",
+        "jsonschema",
+        "yaml",
+        "jinja2",
+    ]
+    .iter()
+    .map(|m| m.to_string())
+    .collect();
+    preload.extend(
+        CLOUD_CFG
+            .lines()
+            .filter_map(|l| l.strip_prefix(" - "))
+            .map(|m| format!("cloudinit.config.cc_{}", m.replace('-', "_"))),
+    );
+    let list = preload
+        .iter()
+        .map(|m| format!("\"{m}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    ZYGOTE_PY.replace("@PRELOAD@", &format!("[{list}]"))
+}
+
 /// The initramfs holds only what finds and mounts the root of a nubo VM: virtio disks (PCI or
 /// MMIO transport, as the microvm machine has) and ext4 (with crc32c for its metadata checksums). `MODULES=list` instead of Debian's
 /// `most`: a smaller image to unpack and no udev coldplug of drivers a VM never has.
@@ -137,7 +251,7 @@ pub const MASKED_UNITS: &[&str] = &[
 
 pub fn overlay(ids: &Ids) -> Vec<OverlayFile> {
     let f = |path, contents: String| OverlayFile { path, contents };
-    vec![
+    let mut files = vec![
         // Without it cloud-init's cc_locale tries to generate a locale minbase cannot.
         f("etc/default/locale", "LANG=C.UTF-8\n".into()),
         // Only NoCloud (and None as the explicit fallback): otherwise cloud-init probes network
@@ -160,7 +274,12 @@ pub fn overlay(ids: &Ids) -> Vec<OverlayFile> {
         f("boot/grub/grub.cfg", grub::grub_cfg(&ids.root_uuid)),
         f("etc/systemd/system/nubo-ssh-keygen.service", SSH_KEYGEN_UNIT.into()),
         f("etc/systemd/system/nubo-ssh-keygen-rest.service", SSH_KEYGEN_REST_UNIT.into()),
-    ]
+        f("usr/lib/nubo/cloud-init-zygote", zygote_script()),
+        f("usr/lib/nubo/cloud-init-stage", STAGE_PY.into()),
+        f("etc/systemd/system/nubo-cloud-init-zygote.service", ZYGOTE_UNIT.into()),
+    ];
+    files.extend(STAGE_DROPINS.iter().map(|(path, args)| f(path, stage_dropin(args))));
+    files
 }
 
 /// Runs in the tree after the packages are in, before mmdebstrap's own cleanup (which empties
@@ -386,6 +505,191 @@ mod tests {
         for m in ["virtio_pci", "virtio_mmio", "virtio_blk", "ext4"] {
             assert!(modules.contains(&m), "{m} missing: {modules:?}");
         }
+    }
+
+    fn file(path: &str) -> String {
+        overlay(&ids())
+            .into_iter()
+            .find(|f| f.path == path)
+            .unwrap_or_else(|| panic!("{path} not in the overlay"))
+            .contents
+    }
+
+    #[test]
+    fn overlay_stage_dropins_clear_execstart_and_run_the_client() {
+        let expected = [
+            ("cloud-init-local.service", "init --local"),
+            ("cloud-init.service", "init"),
+            ("cloud-config.service", "modules --mode=config"),
+            ("cloud-final.service", "modules --mode=final"),
+        ];
+        for (unit, args) in expected {
+            let d = file(&format!("etc/systemd/system/{unit}.d/nubo-zygote.conf"));
+
+            assert_eq!(
+                d,
+                format!(
+                    "[Unit]\nWants=nubo-cloud-init-zygote.service\nAfter=nubo-cloud-init-zygote.service\n\n\
+                     [Service]\nExecStart=\nExecStart=/usr/bin/python3 -I -S /usr/lib/nubo/cloud-init-stage {args}\n"
+                )
+            );
+        }
+        assert_eq!(STAGE_DROPINS.len(), expected.len());
+    }
+
+    #[test]
+    fn zygote_unit_starts_early_notifies_and_keeps_runcmd_processes() {
+        let u = file("etc/systemd/system/nubo-cloud-init-zygote.service");
+
+        for line in [
+            "DefaultDependencies=no",
+            "After=systemd-journald.socket",
+            "Before=cloud-init-local.service shutdown.target",
+            "Type=notify",
+            "ExecStart=/usr/bin/python3 -I /usr/lib/nubo/cloud-init-zygote",
+            "RuntimeDirectoryMode=0700",
+            "KillMode=process",
+            "ConditionPathExists=!/etc/cloud/cloud-init.disabled",
+        ] {
+            assert!(u.lines().any(|l| l == line), "{line} missing:\n{u}");
+        }
+        // Ordered after nothing the stage units come before: no ordering cycle.
+        let after: Vec<&str> = u.lines().filter(|l| l.starts_with("After=")).collect();
+        assert_eq!(after, ["After=systemd-journald.socket"]);
+        assert!(
+            !u.contains("[Install]"),
+            "pulled in by the stage units, not enabled:\n{u}"
+        );
+    }
+
+    #[test]
+    fn zygote_script_preloads_every_configured_module() {
+        let z = file("usr/lib/nubo/cloud-init-zygote");
+
+        assert!(!z.contains("@PRELOAD@"), "{z}");
+        let preload = z.lines().find(|l| l.starts_with("PRELOAD = [")).unwrap();
+        for m in [
+            "\"cloudinit.config.cc_write_files\"",
+            "\"cloudinit.config.cc_users_groups\"",
+            "\"cloudinit.config.cc_final_message\"",
+            "\"cloudinit.config.cc_package_update_upgrade_install\"",
+            "\"cloudinit.sources.DataSourceNoCloud\"",
+        ] {
+            assert!(preload.contains(m), "{m} missing: {preload}");
+        }
+        assert_eq!(
+            preload.matches("cloudinit.config.cc_").count(),
+            CLOUD_CFG.lines().filter(|l| l.starts_with(" - ")).count()
+        );
+        assert!(z.contains("import cloudinit.cmd.main as main_module"), "{z}");
+        // Only the four stages are served, and the zygote ends with the last one.
+        assert!(z.contains("FINAL = [\"modules\", \"--mode=final\"]"), "{z}");
+    }
+
+    #[test]
+    fn stage_client_falls_back_to_plain_cloud_init() {
+        let c = file("usr/lib/nubo/cloud-init-stage");
+
+        assert!(c.contains("CLOUD_INIT = \"/usr/bin/cloud-init\""), "{c}");
+        assert!(c.contains("os.execv(CLOUD_INIT, [CLOUD_INIT] + sys.argv[1:])"), "{c}");
+        // -S: builtin modules only, nothing from site-packages.
+        for l in c.lines().filter(|l| l.starts_with("import ")) {
+            assert!(["import _socket", "import os", "import sys"].contains(&l), "{l}");
+        }
+    }
+
+    /// The rendered zygote and client for real, with python3, against a stand-in
+    /// `cloudinit.cmd.main` in a temporary directory (paths rewritten to it): a stage runs in
+    /// the zygote's child with the client's environment and stdout, its exit status comes back,
+    /// a request that is not a stage and a missing zygote both run `cloud-init` the normal way
+    /// (here `echo`), and the zygote exits after the final stage.
+    #[test]
+    fn zygote_and_client_run_stages_and_fall_back() {
+        use std::process::{Command, Stdio};
+        let Ok(py) = which("python3") else {
+            panic!("python3 is needed (it is in every Debian; scripts/install-deps.sh)");
+        };
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        let run = d.join("run");
+        std::fs::create_dir_all(d.join("py/cloudinit/cmd")).unwrap();
+        std::fs::write(d.join("py/cloudinit/__init__.py"), "").unwrap();
+        std::fs::write(d.join("py/cloudinit/cmd/__init__.py"), "").unwrap();
+        std::fs::write(
+            d.join("py/cloudinit/cmd/main.py"),
+            "import os, sys\ndef main(args):\n    print('stage', ' '.join(args[1:]), os.environ.get('STAGE_ENV'), os.getppid())\n    \
+             if args[1:] == ['modules', '--mode=config']:\n        sys.exit(3)\n    return 0\n",
+        )
+        .unwrap();
+        let rewrite = |s: &str| {
+            s.replace("/run/nubo-cloud-init", &run.display().to_string())
+                .replace("/usr/bin/cloud-init", "/bin/echo")
+        };
+        std::fs::write(d.join("zygote"), rewrite(&file("usr/lib/nubo/cloud-init-zygote"))).unwrap();
+        std::fs::write(d.join("stage"), rewrite(&file("usr/lib/nubo/cloud-init-stage"))).unwrap();
+        let stage = |args: &[&str]| {
+            let out = Command::new(&py)
+                .args(["-I", "-S"])
+                .arg(d.join("stage"))
+                .args(args)
+                .env("STAGE_ENV", "from-client")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+
+        // No zygote yet: the normal way.
+        assert_eq!(stage(&["init", "--local"]), (Some(0), "init --local\n".into()));
+
+        let mut zygote = Command::new(&py)
+            .arg(d.join("zygote"))
+            .env("PYTHONPATH", d.join("py"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let sock = run.join("zygote.sock");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !sock.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let zpid = zygote.id().to_string();
+        let served = |args: &[&str], code: i32| {
+            let (c, out) = stage(args);
+            assert_eq!(c, Some(code), "{args:?}: {out}");
+            assert_eq!(
+                out,
+                format!("stage {} from-client {zpid}\n", args.join(" ")),
+                "{args:?}"
+            );
+        };
+        served(&["init", "--local"], 0);
+        served(&["init"], 0);
+        served(&["modules", "--mode=config"], 3);
+        assert_eq!(stage(&["status", "--wait"]), (Some(0), "status --wait\n".into()));
+        served(&["modules", "--mode=final"], 0);
+
+        let status = zygote.wait().unwrap();
+        assert!(status.success(), "{status}");
+        assert!(!sock.exists());
+        let log = std::fs::read_to_string(run.join("served")).unwrap();
+        let stages: Vec<&str> = log.lines().map(|l| l.split(" pid ").next().unwrap()).collect();
+        assert_eq!(
+            stages,
+            ["init --local", "init", "modules --mode=config", "modules --mode=final"]
+        );
+        // Gone after the final stage: the normal way again.
+        assert_eq!(stage(&["init"]), (Some(0), "init\n".into()));
+    }
+
+    fn which(name: &str) -> Result<PathBuf, ()> {
+        std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+            .ok_or(())
     }
 
     #[test]

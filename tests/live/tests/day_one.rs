@@ -3,6 +3,7 @@
 //! - the default image: `image default` says `debian:12` on a fresh root, `vm create NAME
 //!   --dry-run` with no image plans it, and the VM itself is created without `--image`;
 //! - `--ssh-key PATH.pub` without `@` reaches the guest's authorized_keys;
+//! - cloud-init's four stages ran in children of the image's zygote (recipe 5);
 //! - `--publish`: a taken host port is refused before anything is made; the published port
 //!   reaches an HTTP server in the guest (python3's, started by the user-data's runcmd) through
 //!   `--restrict-network`; `vm ls` and `vm inspect` show the forward;
@@ -191,6 +192,14 @@ fn day_one() -> TestResult {
     let keys = guest(&root, VM, "cat ~/.ssh/authorized_keys")?;
     if !keys.contains("day1-user") {
         return Err(format!("--ssh-key PATH.pub did not reach authorized_keys:\n{keys}"));
+    }
+    // The image's cloud-init zygote ran all four stages (each of its children records its stage
+    // there; a stage that fell back to a plain `cloud-init` process records nothing).
+    let served = guest(&root, VM, "sudo cat /run/nubo-cloud-init/served")?;
+    for stage in ["init --local", "init", "modules --mode=config", "modules --mode=final"] {
+        if !served.lines().any(|l| l.starts_with(&format!("{stage} pid "))) {
+            return Err(format!("cloud-init's `{stage}` did not run in the zygote:\n{served}"));
+        }
     }
 
     // The published port reaches the guest's HTTP server.
