@@ -226,18 +226,25 @@ mod tests {
         assert!(steps.iter().any(|s| s.contains("pulling")), "{steps:?}");
     }
 
+    /// Two qcow2 disks of different bytes served by two servers under one file name
+    /// (`http://127.0.0.1:<port>/disk.qcow2`): (URL, sha256) each.
+    fn two_disks_one_name(dir: &std::path::Path) -> Vec<(String, String)> {
+        [1u64 << 20, 2 << 20]
+            .into_iter()
+            .map(|size| {
+                let disk = dir.join(format!("src-{size}.qcow2"));
+                nubo_disk::create_qcow2(&disk, size).unwrap();
+                let bytes = std::fs::read(&disk).unwrap();
+                let digest = nubo_image::digest::sha256_bytes(&bytes);
+                (serve(bytes), digest)
+            })
+            .collect()
+    }
+
     #[test]
     fn pull_fetcher_same_file_name_two_urls_named_by_checksum_both_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let mut served = Vec::new();
-        for size in [1u64 << 20, 2 << 20] {
-            let disk = dir.path().join(format!("src-{size}.qcow2"));
-            nubo_disk::create_qcow2(&disk, size).unwrap();
-            let bytes = std::fs::read(&disk).unwrap();
-            let digest = nubo_image::digest::sha256_bytes(&bytes);
-            // Two servers, one file name: `http://127.0.0.1:<port>/disk.qcow2`.
-            served.push((serve(bytes), digest));
-        }
+        let served = two_disks_one_name(dir.path());
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config: PullConfig::default(),
@@ -275,14 +282,7 @@ mod tests {
     fn pull_fetcher_same_file_name_by_file_name_second_refused() {
         // The CLI's naming, for contrast: the second `disk.qcow2` would re-point tag `disk`.
         let dir = tempfile::tempdir().unwrap();
-        let mut served = Vec::new();
-        for size in [1u64 << 20, 2 << 20] {
-            let disk = dir.path().join(format!("src-{size}.qcow2"));
-            nubo_disk::create_qcow2(&disk, size).unwrap();
-            let bytes = std::fs::read(&disk).unwrap();
-            let digest = nubo_image::digest::sha256_bytes(&bytes);
-            served.push((serve(bytes), digest));
-        }
+        let served = two_disks_one_name(dir.path());
         let fetcher = PullFetcher {
             images: dir.path().join("images"),
             config: PullConfig::default(),
