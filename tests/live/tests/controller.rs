@@ -32,12 +32,13 @@
 //! - a VMImage's deletion is held (InUse naming its VMs) until its last VM is deleted;
 //! - no Secret byte in the controller's log, Events or status.
 //!
-//! - the efi VM, started after the last takeover, reaches CloudInitDone=True through the
-//!   controller's console recorder (cloud-init's closing line as evidence); its DHCP lease bears
-//!   the spec's hostname and the instance-id it prints on its console is `status.uuid`.
+//! - the efi VM, started after the last takeover, and a bios VM applied with `running: true`
+//!   beside it each reach CloudInitDone=True through the controller's console recorder
+//!   (cloud-init's closing line as evidence); each DHCP lease bears the spec's hostname and the
+//!   instance-id each guest prints on its console is its `status.uuid`.
 //!
-//! One guest boots to cloud-init done (UEFI: bios over TLS is proven by remote_libvirt), one is
-//! started and stopped without waiting; every other check needs only a defined domain.
+//! Two guests boot to cloud-init done, at the same time (UEFI and BIOS), one is started and
+//! stopped without waiting; every other check needs only a defined domain.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -652,8 +653,8 @@ spec:
     wait_ready(&mut b, Duration::from_secs(60))?;
     println!("timing takeover: {:.1}s", t.elapsed().as_secs_f64());
 
-    // 9. The one boot, after the last takeover (what a guest prints while no controller
-    // records its console is not kept): ve, through UEFI, to CloudInitDone=True.
+    // 9. The boots, after the last takeover (what a guest prints while no controller records
+    // its console is not kept): ve through UEFI and vb through BIOS, to CloudInitDone=True.
     let t_boot = Instant::now();
     api.kubectl(&[
         "-n",
@@ -666,8 +667,12 @@ spec:
         r#"{"spec":{"running":true}}"#,
     ])?
     .require()?;
+    // And a BIOS guest applied running, booting beside it.
+    api.apply(&vm("vb", &small, "lab", true, "user-data").replace("name: ud,", "name: boot,"))?;
+    let vb = wait_cond(api, ns, "vb", "Provisioned", "True", None, QUICK)?;
+    let vb_dom = domain_of(lv, vb["status"]["uuid"].as_str().unwrap_or_default())?;
 
-    // 10. Delete (while ve boots): domain, seed and disk gone; the base stays.
+    // 10. Delete (while ve and vb boot): domain, seed and disk gone; the base stays.
     api.kubectl(&["-n", ns, "delete", "vm", "va", "--timeout=120s"])?
         .require()?;
     let vols = volumes(lv)?;
@@ -698,7 +703,7 @@ spec:
                 .and_then(|(_, rest)| rest.split_once(';'))
                 .map(|(list, _)| list.split(", ").collect())
                 .unwrap_or_default();
-            if named != ["nc", "np", "ns", "nt", "nu", "ve", "vk", "vk2", "vk3"] {
+            if named != ["nc", "np", "ns", "nt", "nu", "vb", "ve", "vk", "vk2", "vk3"] {
                 return Err(format!("the hold does not name the VMs using the image: {m}"));
             }
             println!("vmimage debian-12 held: {m}");
@@ -715,6 +720,11 @@ spec:
         "timing efi boot to CloudInitDone: {:.1}s",
         t_boot.elapsed().as_secs_f64()
     );
+    booted(api, lv, ns, "vb", &vb_dom, state)?;
+    println!(
+        "timing bios boot (beside it) to CloudInitDone: {:.1}s",
+        t_boot.elapsed().as_secs_f64()
+    );
 
     // libvirtd restarted under the running ve: the controller goes on with the new one (the
     // deletions below go through it).
@@ -727,6 +737,7 @@ spec:
         "delete",
         "vm",
         "ve",
+        "vb",
         "vk",
         "vk2",
         "vk3",
@@ -752,8 +763,10 @@ spec:
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    if domains(lv)?.contains(&ve_dom) {
-        return Err(format!("deleting the running ve left its domain {ve_dom}"));
+    for d in [&ve_dom, &vb_dom] {
+        if domains(lv)?.contains(d) {
+            return Err(format!("deleting the running VMs left domain {d}"));
+        }
     }
 
     // 11. The Secret's marker is nowhere but in the seed.
