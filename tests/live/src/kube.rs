@@ -180,16 +180,20 @@ impl ApiServer {
         std::thread::spawn(move || {
             let _ = child.wait();
         });
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let out = self.kubectl(&["get", "--raw", "/readyz"])?;
             if out.ok && out.stdout.trim() == "ok" {
                 return Ok(());
             }
             if Instant::now() >= deadline {
+                let log = std::fs::read_to_string(self.dir().join("apiserver.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
                 return Err(format!(
-                    "kube-apiserver not ready 60 s after its restart: {} {}",
-                    out.stdout, out.stderr
+                    "kube-apiserver not ready 120 s after its restart: {} {}\n--- apiserver.log (last lines, newest first):\n{}",
+                    out.stdout,
+                    out.stderr,
+                    tail.join("\n")
                 ));
             }
             std::thread::sleep(Duration::from_millis(250));
