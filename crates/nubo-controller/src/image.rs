@@ -31,10 +31,16 @@ fn bad(reason: &'static str, message: String) -> (&'static str, &'static str, St
     ("Failed", reason, message)
 }
 
-/// The fetch the image's libvirt source asks for.
-pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, String)> {
+/// The image's source for libvirt Providers, if it has one.
+pub fn libvirt_source(img: &VMImage) -> Option<&ImageSource> {
+    img.spec.sources.iter().find(|s| s.provider_class == "libvirt")
+}
+
+/// The fetch the image's libvirt source asks for, and for an Oci source the sha256 its disk
+/// must have after the pull (its optional `checksum`; a Url's is verified while streaming).
+pub fn fetch_of(img: &VMImage) -> Result<(Fetch, Option<String>), (&'static str, &'static str, String)> {
     let name = img.name_any();
-    let Some(src) = img.spec.sources.iter().find(|s| s.provider_class == "libvirt") else {
+    let Some(src) = libvirt_source(img) else {
         return Err(bad(
             "NoSource",
             format!("vmimage `{name}` has no source for providerClass libvirt: add one"),
@@ -62,12 +68,15 @@ pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, Str
                     ),
                 ));
             }
-            Ok(Fetch::Url {
-                url: src.reference.clone(),
-                checksum: Some(sum.clone()),
-                insecure_no_checksum: false,
-                allow_http: src.reference.starts_with("http://"),
-            })
+            Ok((
+                Fetch::Url {
+                    url: src.reference.clone(),
+                    checksum: Some(sum.clone()),
+                    insecure_no_checksum: false,
+                    allow_http: src.reference.starts_with("http://"),
+                },
+                None,
+            ))
         }
         SourceKind::Oci => {
             let r = nubo_image::OciRef::parse(&src.reference)
@@ -84,10 +93,12 @@ pub fn fetch_of(img: &VMImage) -> Result<Fetch, (&'static str, &'static str, Str
             if r.digest.is_none() && !img.spec.allow_mutable_tag {
                 return Err(bad("MutableTag", format!("vmimage `{name}`: Oci ref `{}` is not pinned by digest: use `@sha256:<hex>` or set allowMutableTag: true", src.reference)));
             }
-            if let Some(sum) = &src.checksum {
-                oci_checksum(&name, sum)?;
-            }
-            Ok(Fetch::Oci(r))
+            let expected = src
+                .checksum
+                .as_deref()
+                .map(|sum| oci_checksum(&name, sum))
+                .transpose()?;
+            Ok((Fetch::Oci(r), expected))
         }
     }
 }
@@ -247,7 +258,7 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
     let mut status = old.clone();
     status.observed_generation = img.meta().generation;
     let generation = img.meta().generation;
-    let fetch = match fetch_of(img) {
+    let (fetch, expected) = match fetch_of(img) {
         Ok(f) => f,
         Err((phase, reason, msg)) => {
             status.phase = Some(phase.into());
@@ -266,10 +277,6 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
             }
             return Ok(Action::requeue(ctx.backoff.jittered(Duration::from_secs(30))));
         }
-    };
-    let expected = match (&fetch, img.spec.sources.iter().find(|s| s.provider_class == "libvirt")) {
-        (Fetch::Oci(_), Some(src)) => src.checksum.as_deref().and_then(|s| oci_checksum(&name, s).ok()),
-        _ => None,
     };
     let providers: Api<Provider> = Api::namespaced(ctx.client.clone(), &ns);
     let providers = providers.list(&ListParams::default()).await?.items;
@@ -510,7 +517,7 @@ mod oci_tests {
     fn oci_sources_pinned_by_digest_or_allowed_by_tag() {
         let pinned = format!("127.0.0.1:5000/vm/debian@{D}");
         match fetch_of(&image(&pinned, None, false)) {
-            Ok(Fetch::Oci(r)) => {
+            Ok((Fetch::Oci(r), None)) => {
                 assert_eq!(r.registry.as_deref(), Some("127.0.0.1:5000"));
                 assert_eq!(r.digest.as_deref(), Some(D));
             }
@@ -520,7 +527,7 @@ mod oci_tests {
         let (phase, reason, msg) = fetch_of(&image(tag, None, false)).unwrap_err();
         assert_eq!((phase, reason), ("Failed", "MutableTag"));
         assert!(msg.contains("allowMutableTag"), "{msg}");
-        assert!(matches!(fetch_of(&image(tag, None, true)), Ok(Fetch::Oci(_))));
+        assert!(matches!(fetch_of(&image(tag, None, true)), Ok((Fetch::Oci(_), None))));
     }
 
     #[test]
@@ -535,7 +542,7 @@ mod oci_tests {
         let (_, reason, msg) = fetch_of(&image(&pinned, Some(&sha512), false)).unwrap_err();
         assert_eq!(reason, "BadChecksum");
         assert!(msg.contains("sha256"), "{msg}");
-        assert!(fetch_of(&image(&pinned, Some(D), false)).is_ok());
+        assert!(matches!(fetch_of(&image(&pinned, Some(D), false)), Ok((Fetch::Oci(_), Some(d))) if d == D));
     }
 
     #[test]

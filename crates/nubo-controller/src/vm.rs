@@ -555,7 +555,7 @@ pub async fn resources(engine: Arc<Engine>) -> Result<Option<nubo_backend::HostR
 
 fn image_source(image: &VMImage) -> Result<DiskSource, Refusal> {
     let name = image.name_any();
-    let Some(src) = image.spec.sources.iter().find(|s| s.provider_class == "libvirt") else {
+    let Some(src) = crate::image::libvirt_source(image) else {
         return Err(fail(
             "ImageUnsupported",
             format!("vmimage `{name}` has no source for providerClass libvirt: add one"),
