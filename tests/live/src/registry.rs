@@ -34,6 +34,32 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// `nubo registry login HOST` in `root` as [`USER`] with `password` and this registry's
+    /// CA, whatever its exit: `host` is the registry's, or a proxy's in front of it.
+    pub fn login_with(&self, root: &crate::TestRoot, host: &str, password: &str) -> Result<crate::cli::Out, String> {
+        let ca = self.ca.display().to_string();
+        crate::cli::nubo_in(
+            root,
+            &[
+                "registry",
+                "login",
+                host,
+                "-u",
+                USER,
+                "--password-stdin",
+                "--ca-cert",
+                &ca,
+            ],
+            Some(&format!("{password}\n")),
+            Duration::from_secs(60),
+        )
+    }
+
+    /// `nubo registry login` to this registry in `root` as [`USER`], which must succeed.
+    pub fn login(&self, root: &crate::TestRoot) -> Result<(), String> {
+        self.login_with(root, &self.host, PASSWORD)?.require().map(drop)
+    }
+
     /// htpasswd (Basic) auth.
     pub fn start() -> Result<Registry, String> {
         Self::start_auth(false)

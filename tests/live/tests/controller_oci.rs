@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::cli::{json, nubo, nubo_in};
+use nubo_live::cli::{json, nubo};
 use nubo_live::controller::{
     crds_namespace_credentials, domains, libvirtd_with_pool, start_replica_with, tail, wait_ready,
 };
@@ -103,22 +103,7 @@ fn controller_oci() -> TestResult {
     )?;
     let digest = record["digest"].as_str().ok_or("inspect printed no digest")?.to_owned();
     let ca = reg.ca.display().to_string();
-    nubo_in(
-        &root,
-        &[
-            "registry",
-            "login",
-            &reg.host,
-            "-u",
-            USER,
-            "--password-stdin",
-            "--ca-cert",
-            &ca,
-        ],
-        Some(&format!("{PASSWORD}\n")),
-        QUICK,
-    )?
-    .require()?;
+    reg.login(&root)?;
     let tagged = format!("{}/vm/tiny:1", reg.host);
     let pinned = nubo(&root, &["image", "push", "tiny:1", &tagged, "--ca-cert", &ca], QUICK)?
         .require()?

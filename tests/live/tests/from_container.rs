@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use nubo_bootstrap::digest::file_digest;
 use nubo_bootstrap::layout::Layout;
 use nubo_image::digest::sha256_bytes;
-use nubo_live::cli::{field, guest, json, nubo, nubo_in, Cleanup};
+use nubo_live::cli::{field, guest, json, nubo, Cleanup};
 use nubo_live::fixture::cache_base;
 use nubo_live::prereq::{OVMF_CODE, OVMF_VARS};
 use nubo_live::registry::{Registry, PASSWORD, USER};
@@ -328,7 +328,7 @@ fn hostile_layers_refused(reg: &Registry, dir: &Path) -> TestResult {
         ("device", vec![ustar("usr/bin/disk", b'4', "", b"")], "device node"),
     ];
     let root = TestRoot::new()?;
-    login(&root, reg)?;
+    reg.login(&root)?;
     let ca = reg.ca.display().to_string();
     for (name, entries, says) in cases {
         let source = push_hostile(reg, dir, name, &entries)?;
@@ -351,31 +351,10 @@ fn hostile_layers_refused(reg: &Registry, dir: &Path) -> TestResult {
     Ok(())
 }
 
-fn login(root: &TestRoot, reg: &Registry) -> TestResult {
-    let ca = reg.ca.display().to_string();
-    nubo_in(
-        root,
-        &[
-            "registry",
-            "login",
-            &reg.host,
-            "-u",
-            USER,
-            "--password-stdin",
-            "--ca-cert",
-            &ca,
-        ],
-        Some(&format!("{PASSWORD}\n")),
-        QUICK,
-    )?
-    .require()
-    .map(drop)
-}
-
 /// `image from-container` into a fresh root; returns the root and the printed sha256, sha512.
 fn make(reg: &Registry, source: &str, label: &str) -> Result<(TestRoot, String, String), String> {
     let root = TestRoot::new()?;
-    login(&root, reg)?;
+    reg.login(&root)?;
     let (a, b) = make_in(&root, reg, source, label, &["-t", "ctr:1"])?;
     Ok((root, a, b))
 }
@@ -569,7 +548,7 @@ fn iso_push_pull(reg: &Registry, root: &TestRoot, iso_sha: &str) -> TestResult {
         return Err(format!("push printed `{pinned}`, not {}/ctr/iso@sha256:...", reg.host));
     }
     let dst = TestRoot::new()?;
-    login(&dst, reg)?;
+    reg.login(&dst)?;
     let out = nubo(
         &dst,
         &["image", "pull", &pinned, "--ca-cert", &ca, "--name", "iso:1"],

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nubo_image::digest::sha256_bytes;
-use nubo_live::cli::{json, nubo_in, run_in, Out};
+use nubo_live::cli::{json, nubo_in, run_in};
 use nubo_live::faults::{Cut, CuttingProxy};
 use nubo_live::registry::{Registry, PASSWORD, USER};
 use nubo_live::{run_with_timeout, LiveTest, TestResult, TestRoot};
@@ -43,32 +43,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn login(root: &TestRoot, reg: &Registry) -> Result<(), String> {
-    login_at(root, reg, &reg.host)
+    reg.login(root)
 }
 
 /// Logs in to `host` (the registry, or a proxy in front of it) with the registry's CA.
 fn login_at(root: &TestRoot, reg: &Registry, host: &str) -> Result<(), String> {
-    login_with(root, reg, host, PASSWORD)?.require().map(drop)
-}
-
-/// `registry login HOST` as [`USER`] with `password`, whatever its exit.
-fn login_with(root: &TestRoot, reg: &Registry, host: &str, password: &str) -> Result<Out, String> {
-    let ca = reg.ca.display().to_string();
-    nubo_in(
-        root,
-        &[
-            "registry",
-            "login",
-            host,
-            "-u",
-            USER,
-            "--password-stdin",
-            "--ca-cert",
-            &ca,
-        ],
-        Some(&format!("{password}\n")),
-        QUICK,
-    )
+    reg.login_with(root, host, PASSWORD)?.require().map(drop)
 }
 
 /// What `reg` refuses before login, whatever its auth (basic or bearer): `unauthenticated`
@@ -76,7 +56,7 @@ fn login_with(root: &TestRoot, reg: &Registry, host: &str, password: &str) -> Re
 /// is refused by the registry at login with nothing stored.
 fn refused_before_login(root: &TestRoot, reg: &Registry, unauthenticated: &[&str]) -> TestResult {
     nubo_in(root, unauthenticated, None, QUICK)?.refused(&["HTTP 401", "nubo registry login"])?;
-    login_with(root, reg, &reg.host, "wrong")?.refused(&["401"])?;
+    reg.login_with(root, &reg.host, "wrong")?.refused(&["401"])?;
     if root.root().join("auth.json").exists() {
         return Err(format!("a refused login at {} wrote credentials", reg.host));
     }
