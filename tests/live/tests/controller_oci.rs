@@ -9,7 +9,8 @@
 //! - a tag without `allowMutableTag`: Failed (MutableTag); a wrong checksum: Failed
 //!   (ChecksumMismatch), and a VM naming that image is refused with no domain made;
 //! - a VM (`running: false`) from the Ready image: Provisioned, its domain's disk based on the
-//!   image's base volume in the pool; deleting it removes domain, seed and disk volumes.
+//!   image's base volume in the pool; deleting it removes domain, seed and disk volumes;
+//! - the registry password is in no VMImage status, Event or controller log line.
 //!
 //! No guest boots: the image is a blank 64 MiB qcow2; a defined domain proves the path.
 
@@ -293,6 +294,18 @@ spec:
     let left: Vec<String> = volumes(lv)?.into_iter().filter(|v| v.starts_with(&dom)).collect();
     if !left.is_empty() || domains(lv)?.contains(&dom) {
         return Err(format!("deleting vtiny left {dom} or its volumes: {left:?}"));
+    }
+    // The registry password (in the pullSecretRef) is nowhere the controller writes.
+    let images = api.kubectl(&["-n", ns, "get", "vmimage", "-o", "yaml"])?.require()?;
+    let events = api.kubectl(&["-n", ns, "get", "events", "-o", "yaml"])?.require()?;
+    for (what, text) in [
+        ("VMImage status", images.stdout),
+        ("events", events.stdout),
+        ("log", std::fs::read_to_string(&c.log).unwrap_or_default()),
+    ] {
+        if text.contains(PASSWORD) {
+            return Err(format!("the registry password is in the controller's {what}"));
+        }
     }
     drop(c);
     Ok(())
