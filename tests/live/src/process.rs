@@ -58,6 +58,20 @@ impl Guard {
         }
     }
 
+    /// Waits until the console's last text ends with `prompt` (a getty `host login: ` is written
+    /// without a newline, so a line-only wait sees it only if something else follows), or a
+    /// complete line contains it. Fails as soon as the process exits.
+    pub fn wait_for_prompt(&mut self, path: &Path, timeout: Duration, prompt: &str) -> Result<String, String> {
+        let what = self.what.clone();
+        wait_until_text(
+            path,
+            timeout,
+            Tail::Prompt(prompt),
+            |l| l.contains(prompt),
+            || self.exited().map(|s| format!("{what} exited with {s}")),
+        )
+    }
+
     /// Like [`wait_for_line`], but fails as soon as the process exits.
     pub fn wait_for_line(
         &mut self,
@@ -121,6 +135,24 @@ fn wait_until(
     path: &Path,
     timeout: Duration,
     pred: impl Fn(&str) -> bool,
+    gone: impl FnMut() -> Option<String>,
+) -> Result<String, String> {
+    wait_until_text(path, timeout, Tail::Ignore, pred, gone)
+}
+
+/// What a wait does with the text after the last newline.
+enum Tail<'a> {
+    /// Nothing: a line still being written could match only in part.
+    Ignore,
+    /// Matches when it ends with this prompt, which is never followed by a newline.
+    Prompt(&'a str),
+}
+
+fn wait_until_text(
+    path: &Path,
+    timeout: Duration,
+    tail: Tail<'_>,
+    pred: impl Fn(&str) -> bool,
     mut gone: impl FnMut() -> Option<String>,
 ) -> Result<String, String> {
     let deadline = Instant::now() + timeout;
@@ -137,6 +169,11 @@ fn wait_until(
             checked += nl + 1;
             if pred(&line) {
                 return Ok(String::from_utf8_lossy(&seen[..checked]).into_owned());
+            }
+        }
+        if let Tail::Prompt(prompt) = tail {
+            if seen[checked..].ends_with(prompt.as_bytes()) {
+                return Ok(String::from_utf8_lossy(&seen).into_owned());
             }
         }
         let why = if Instant::now() >= deadline {
@@ -181,6 +218,32 @@ mod tests {
         let err = wait_for_line(&p, Duration::from_millis(300), |l| l == "never").unwrap_err();
 
         assert!(err.contains("timed out") && err.contains("only this"), "{err}");
+    }
+
+    #[test]
+    fn wait_for_prompt_sees_a_prompt_without_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        std::fs::write(&p, "booted\nhost login: ").unwrap();
+        let mut g = Guard::spawn(Command::new("sleep").arg("30"), "sleep").unwrap();
+
+        let seen = g.wait_for_prompt(&p, Duration::from_secs(1), " login: ").unwrap();
+
+        assert_eq!(seen, "booted\nhost login: ");
+    }
+
+    #[test]
+    fn wait_for_prompt_ignores_a_partial_line_that_only_contains_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("log");
+        std::fs::write(&p, "Last login: yesterday").unwrap();
+        let mut g = Guard::spawn(Command::new("sleep").arg("30"), "sleep").unwrap();
+
+        let err = g
+            .wait_for_prompt(&p, Duration::from_millis(300), " login: ")
+            .unwrap_err();
+
+        assert!(err.contains("timed out"), "{err}");
     }
 
     #[test]

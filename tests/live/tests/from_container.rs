@@ -798,9 +798,9 @@ fn iso_boot_wait(mut b: IsoBoot) -> TestResult {
         l.contains("Cloud-init v.") && l.contains(" finished at ")
     })?;
     let left = BOOT.saturating_sub(b.started.elapsed()).max(Duration::from_secs(60));
-    let seen = match seen.contains(" login:") {
+    let seen = match seen.contains(" login: ") {
         true => seen,
-        false => b.vm.wait_for_line(&b.log, left, |l| l.contains(" login:"))?,
+        false => b.vm.wait_for_prompt(&b.log, left, " login: ")?,
     };
     println!(
         "timing ISO from -cdrom under OVMF to cloud-init finished and a login prompt: {:.1}s",
