@@ -322,6 +322,21 @@ pub fn vm_dirs(root: &TestRoot) -> Vec<String> {
     names
 }
 
+/// The bootstrapped image's cloud-init zygote ran all four stages of the guest's current boot:
+/// each of its children records its stage in `/run/nubo-cloud-init/served` (a tmpfs, so per
+/// boot); a stage that fell back to a plain `cloud-init` process records nothing.
+pub fn zygote_served(root: &TestRoot, name: &str, when: &str) -> TestResult {
+    let served = guest(root, name, "sudo cat /run/nubo-cloud-init/served")?;
+    for stage in ["init --local", "init", "modules --mode=config", "modules --mode=final"] {
+        if !served.lines().any(|l| l.starts_with(&format!("{stage} pid "))) {
+            return Err(format!(
+                "{when}: cloud-init's `{stage}` did not run in the zygote:\n{served}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `vms/` holds no VM.
 pub fn vms_empty(root: &TestRoot, when: &str) -> TestResult {
     let left = vm_dirs(root);

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::kube::ApiServer;
 use crate::libvirtd::{Libvirtd, Options, TlsListen};
+use crate::net::free_port;
 use crate::{Guard, TestResult};
 
 pub fn controller_bin() -> Result<PathBuf, String> {
@@ -30,11 +31,6 @@ pub struct Replica {
     pub guard: Guard,
     pub log: PathBuf,
     pub port: u16,
-}
-
-pub fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
 }
 
 pub fn start_replica(api: &ApiServer, state: &Path, ns: &str, id: &str) -> Result<Replica, String> {

@@ -15,6 +15,7 @@ pub mod fixture;
 pub mod kube;
 pub mod libvirt_tls;
 pub mod libvirtd;
+pub mod net;
 pub mod prereq;
 pub mod process;
 pub mod pvh;

@@ -5,13 +5,14 @@
 //! systemd unit.
 
 use std::fs;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 
+use crate::net::free_port;
 use crate::process::{run_with_timeout, Guard};
 use crate::token::{TokenServer, ISSUER, SERVICE};
 
@@ -169,11 +170,6 @@ impl Registry {
     pub fn pid(&self) -> u32 {
         self.guard.pid()
     }
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot find a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
 /// (CA, server certificate for 127.0.0.1 signed by it, server key), PEM.

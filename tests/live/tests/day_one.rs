@@ -16,13 +16,13 @@
 //! the test's root is killed by PID on every path ([`Cleanup`]).
 
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use nubo_live::cli::{guest, inspect, json, ls_state, no_qemu, nubo, run, vm_dirs, vms_empty, Cleanup};
+use nubo_live::cli::{guest, inspect, json, ls_state, no_qemu, nubo, run, vm_dirs, vms_empty, zygote_served, Cleanup};
+use nubo_live::net::{free_port, http_get_ok};
 use nubo_live::{LiveTest, TestResult, TestRoot};
 
 /// One boot to cloud-init under TCG on a 2-core machine other builds and VMs share: 480 s was
@@ -46,35 +46,6 @@ fn main() -> ExitCode {
 fn sha256(p: &Path) -> Result<String, String> {
     let out = run(Command::new("sha256sum").arg(p), QUICK)?.require()?;
     Ok(out.stdout.split_whitespace().next().unwrap_or_default().to_owned())
-}
-
-/// A port on 127.0.0.1 that was free a moment ago.
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind(("127.0.0.1", 0)).map_err(|e| format!("cannot bind a port: {e}"))?;
-    Ok(l.local_addr().map_err(|e| e.to_string())?.port())
-}
-
-/// `GET /path` on 127.0.0.1:port, the whole reply; retried while the guest's server starts.
-fn http_get(port: u16, path: &str) -> Result<String, String> {
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        let attempt = || -> std::io::Result<String> {
-            let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(5))?;
-            s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
-            let mut reply = String::new();
-            s.read_to_string(&mut reply)?;
-            Ok(reply)
-        };
-        match attempt() {
-            Ok(r) if r.starts_with("HTTP/1.0 200") => return Ok(r),
-            Ok(r) => last = r,
-            Err(e) => last = e.to_string(),
-        }
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    Err(format!("GET {path} on 127.0.0.1:{port} never answered 200: {last}"))
 }
 
 /// The guest's monotonic uptime in seconds.
@@ -193,17 +164,10 @@ fn day_one() -> TestResult {
     if !keys.contains("day1-user") {
         return Err(format!("--ssh-key PATH.pub did not reach authorized_keys:\n{keys}"));
     }
-    // The image's cloud-init zygote ran all four stages (each of its children records its stage
-    // there; a stage that fell back to a plain `cloud-init` process records nothing).
-    let served = guest(&root, VM, "sudo cat /run/nubo-cloud-init/served")?;
-    for stage in ["init --local", "init", "modules --mode=config", "modules --mode=final"] {
-        if !served.lines().any(|l| l.starts_with(&format!("{stage} pid "))) {
-            return Err(format!("cloud-init's `{stage}` did not run in the zygote:\n{served}"));
-        }
-    }
+    zygote_served(&root, VM, "first boot")?;
 
     // The published port reaches the guest's HTTP server.
-    let reply = http_get(port, "/hello.txt")?;
+    let reply = http_get_ok(port, "/hello.txt")?;
     if !reply.contains("hello from day1") {
         return Err(format!("the published port answered something else:\n{reply}"));
     }

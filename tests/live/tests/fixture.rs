@@ -7,11 +7,12 @@
 //! run a stock kernel. One VM at a time, each bounded at 300 s and killed by PID on every path.
 
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use nubo_live::net::free_port;
 use nubo_live::prereq::{OVMF_CODE, OVMF_VARS};
 use nubo_live::{run_with_timeout, DebianImage, Guard, LiveTest, TestResult, TestRoot};
 use nubo_seed::{SeedFormat, SeedSpec};
@@ -245,11 +246,6 @@ fn ssh_banner(port: u16) -> Result<String, String> {
             _ => std::thread::sleep(Duration::from_secs(1)),
         }
     }
-}
-
-fn free_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot pick a free port: {e}"))?;
-    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
 }
 
 fn sha256_file(p: &Path) -> Result<String, String> {

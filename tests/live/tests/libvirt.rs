@@ -9,7 +9,9 @@
 //! - `create` killed at several points (before, between and after define, the seed volume and
 //!   the redefine), each time followed by the same `create`, which converges;
 //! - beside the main boot, a q35 + UEFI VM ([`efi`]): seed on virtio-scsi read by cloud-init,
-//!   firmware auto-selected by libvirt with a per-VM NVRAM, which `rm` removes;
+//!   firmware auto-selected by libvirt with a per-VM NVRAM, which `rm` removes; on the same
+//!   boot ([`day_one`]), read-write and read-only `--mount`s over libvirt's virtiofsd, a
+//!   `--publish`ed port reaching the guest's HTTP server, and `vm pause`/`vm resume`;
 //! - the converged VM: cloud-init finished with the seed's hostname, key and user-data; the
 //!   network's DHCP lease bears the domain name; the CD-ROM is the volume `<name>-cidata.iso`
 //!   and its meta-data's instance-id is the domain's UUID (read back through libvirt);
@@ -39,6 +41,8 @@ use nubo_live::cli::{guest, inspect, ls_state, no_qemu, nubo, vms_empty, Cleanup
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
 
+#[path = "libvirt/day_one.rs"]
+mod day_one;
 #[path = "libvirt/efi.rs"]
 mod efi;
 

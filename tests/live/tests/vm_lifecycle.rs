@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use nubo_live::cli::{
-    field, guest, inspect, ls_state, no_qemu, nubo, one_qemu, qemu_processes, run, vm_dirs, vms_empty, Cleanup, Out,
+    field, guest, inspect, ls_state, no_qemu, nubo, one_qemu, qemu_processes, run, vm_dirs, vms_empty, zygote_served,
+    Cleanup, Out,
 };
 use nubo_live::{Guard, LiveTest, TestResult, TestRoot};
 
@@ -435,8 +436,9 @@ fn check_guest(root: &TestRoot, name: &str, hostname: &str, uuid: &str, p: &Pers
             "{when}: /var/lib/cloud/instances holds {instances:?}, expected only {uuid}"
         ));
     }
+    zygote_served(root, name, when)?;
     println!(
-        "  {when}: hostname {h}, instance-id {iid}, runcmd once, write_files and apt-get install done, one instance"
+        "  {when}: hostname {h}, instance-id {iid}, runcmd once, write_files and apt-get install done, one instance, the four stages served by the zygote"
     );
     Ok(())
 }

@@ -7,6 +7,8 @@
 //! not see); libvirt chose the firmware itself (plain OVMF, Secure Boot off, which nubo's
 //! unsigned GRUB needs) and made a per-VM NVRAM file from its template; the guest kernel says
 //! it was started by EDK II on a Q35 machine; `vm rm` removes the NVRAM with the domain.
+//! The same boot proves the day-one features on libvirt ([`super::day_one`]): shared folders,
+//! a published port, pause and resume.
 
 use std::fs;
 use std::path::PathBuf;
@@ -16,6 +18,8 @@ use std::time::{Duration, Instant};
 use nubo_live::cli::{inspect, nubo};
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::{Guard, TestResult, TestRoot};
+
+use super::day_one::DayOne;
 
 pub const NAME: &str = "lv-efi";
 const QUICK: Duration = Duration::from_secs(180);
@@ -27,11 +31,13 @@ pub struct EfiBoot {
     guard: Guard,
     logs: tempfile::TempDir,
     started: Instant,
+    day_one: DayOne,
 }
 
 /// Starts `nubo vm create lv-efi --machine q35 --firmware efi --wait` in the background.
 pub fn spawn(root: &TestRoot, boot: Duration) -> Result<EfiBoot, String> {
     let logs = tempfile::tempdir().map_err(|e| format!("cannot create a temp dir: {e}"))?;
+    let day_one = DayOne::prepare(root, NAME)?;
     let file = |n: &str| {
         let p = logs.path().join(n);
         fs::File::create(&p).map_err(|e| format!("creating {}: {e}", p.display()))
@@ -57,6 +63,7 @@ pub fn spawn(root: &TestRoot, boot: Duration) -> Result<EfiBoot, String> {
         "--boot-timeout",
         &format!("{}s", boot.as_secs()),
     ])
+    .args(day_one.args())
     .stdin(Stdio::null())
     .stdout(Stdio::from(file("out")?))
     .stderr(Stdio::from(file("err")?));
@@ -65,6 +72,7 @@ pub fn spawn(root: &TestRoot, boot: Duration) -> Result<EfiBoot, String> {
         guard,
         logs,
         started: Instant::now(),
+        day_one,
     })
 }
 
@@ -172,8 +180,11 @@ impl EfiBoot {
             return Err(format!("record backend is {}", rec["backend"]));
         }
 
-        // rm removes the domain and its NVRAM.
+        self.day_one.check(root, lv, NAME)?;
+
+        // rm removes the domain, its NVRAM and libvirt's virtiofsd.
         nubo(root, &["vm", "rm", "--force", NAME], QUICK)?.require()?;
+        self.day_one.after_rm()?;
         let domains = lv.virsh(&["list", "--all", "--name"])?.require()?.stdout;
         if domains.split_whitespace().any(|d| d == NAME) {
             return Err(format!("after rm the domain {NAME} is still defined"));

@@ -1,0 +1,277 @@
+//! Issue 25's day-one features on the libvirt backend, proven on the q35 + UEFI VM's boot
+//! ([`super::efi`]) so they cost no boot of their own:
+//!
+//! - `--mount` read-write and read-only: the domain has a virtio-fs `<filesystem>` per folder
+//!   (the read-only one `<readonly/>`) on shared memfd memory; libvirt's own virtiofsd serves
+//!   them; cloud-init has mounted both over virtio-fs when it reports done; a host file reads in
+//!   the guest, a guest write lands on the host, and a write to the read-only folder fails even
+//!   after the guest remounts it read-write (the device refuses, not the guest); no virtiofsd
+//!   is left after `vm rm`;
+//! - `--publish` on `--restrict-network`: the forward reaches python3's HTTP server in the guest
+//!   (started by the user-data's runcmd), from inside libvirtd's network namespace where QEMU
+//!   listens; `vm ls` and `vm inspect` show it;
+//! - `vm pause` stops the guest's clock and `vm ls`/libvirt say paused; `vm resume` restarts it.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nubo_live::cli::{guest, inspect, ls_state, nubo};
+use nubo_live::libvirtd::Libvirtd;
+use nubo_live::net::{http_get_ok, in_netns};
+use nubo_live::{TestResult, TestRoot};
+
+/// The published host port, in libvirtd's own network namespace (nothing else listens there).
+const HOST_PORT: u16 = 18080;
+const GUEST_HTTP: u16 = 8000;
+const QUICK: Duration = Duration::from_secs(180);
+const PAUSE: Duration = Duration::from_secs(12);
+
+/// The VM's shared folders and user-data, made before its create.
+pub struct DayOne {
+    rw: PathBuf,
+    ro: PathBuf,
+    user_data: PathBuf,
+}
+
+impl DayOne {
+    /// Makes the folders (a host file in the read-only one) and the user-data under the root.
+    pub fn prepare(root: &TestRoot, name: &str) -> Result<DayOne, String> {
+        let dir = root.root().join(format!("{name}-day-one"));
+        let rw = dir.join("share-rw");
+        let ro = dir.join("share-ro");
+        for d in [&rw, &ro] {
+            fs::create_dir_all(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+        }
+        fs::write(ro.join("hello.txt"), "from-host\n").map_err(|e| format!("writing hello.txt: {e}"))?;
+        let user_data = dir.join("user-data");
+        fs::write(
+            &user_data,
+            format!(
+                "#cloud-config\nhostname: {name}\nwrite_files:\n  - path: /srv/www/hello.txt\n    content: \"hello from {name}\\n\"\nruncmd:\n  - [systemd-run, --unit=nubo-web, python3, -m, http.server, \"{GUEST_HTTP}\", --directory, /srv/www]\n"
+            ),
+        )
+        .map_err(|e| format!("writing {}: {e}", user_data.display()))?;
+        Ok(DayOne { rw, ro, user_data })
+    }
+
+    /// The create's arguments for the folders, the forward and the user-data.
+    pub fn args(&self) -> Vec<String> {
+        vec![
+            "--restrict-network".into(),
+            "--publish".into(),
+            format!("{HOST_PORT}:{GUEST_HTTP}"),
+            "--mount".into(),
+            format!("{}:/mnt/rw", self.rw.display()),
+            "--mount".into(),
+            format!("{}:/mnt/ro:ro", self.ro.display()),
+            "--user-data".into(),
+            self.user_data.display().to_string(),
+        ]
+    }
+
+    /// Everything above but what `vm rm` must leave, on the booted VM.
+    pub fn check(&self, root: &TestRoot, lv: &Libvirtd, name: &str) -> TestResult {
+        self.domain_xml(lv, name)?;
+        self.folders(root, name)?;
+        published(root, lv, name)?;
+        pause_resume(root, lv, name)
+    }
+
+    /// After `vm rm`: no virtiofsd serves either folder.
+    pub fn after_rm(&self) -> TestResult {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = self.virtiofsds();
+            if left.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("after vm rm virtiofsd still serves the folders: {left:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn domain_xml(&self, lv: &Libvirtd, name: &str) -> TestResult {
+        let xml = lv.virsh(&["dumpxml", name])?.require()?.stdout;
+        let doc = roxmltree::Document::parse(&xml).map_err(|e| format!("dumpxml {name}: {e}"))?;
+        let shares: Vec<(String, bool)> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("filesystem"))
+            .filter(|n| child(*n, "driver").and_then(|d| d.attribute("type")) == Some("virtiofs"))
+            .map(|n| {
+                let dir = child(n, "source").and_then(|s| s.attribute("dir")).unwrap_or_default();
+                (dir.to_owned(), child(n, "readonly").is_some())
+            })
+            .collect();
+        let want = vec![
+            (self.rw.display().to_string(), false),
+            (self.ro.display().to_string(), true),
+        ];
+        let memfd = doc
+            .descendants()
+            .find(|n| n.has_tag_name("memoryBacking"))
+            .is_some_and(|m| {
+                child(m, "source").and_then(|s| s.attribute("type")) == Some("memfd")
+                    && child(m, "access").and_then(|s| s.attribute("mode")) == Some("shared")
+            });
+        if shares != want || !memfd {
+            return Err(format!(
+                "the domain does not share the folders over virtio-fs (read-only marked) on shared memfd memory: {shares:?} (memfd shared: {memfd}):\n{xml}"
+            ));
+        }
+        // virtiofsd sandboxes itself in a forked child: two processes per folder.
+        let servers = self.virtiofsds();
+        println!("  libvirt's virtiofsd: {servers:?}");
+        let serving = |dir: &PathBuf, readonly: bool| {
+            let dir = format!("--shared-dir {}", dir.display());
+            let of: Vec<_> = servers.iter().filter(|(_, c)| c.contains(&dir)).collect();
+            !of.is_empty() && of.iter().all(|(_, c)| c.contains("--readonly") == readonly)
+        };
+        if !serving(&self.rw, false) || !serving(&self.ro, true) {
+            return Err(format!(
+                "expected libvirt's virtiofsd on each folder, with --readonly on the read-only one only: {servers:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn folders(&self, root: &TestRoot, name: &str) -> TestResult {
+        let fstype = guest(root, name, "findmnt -n -o FSTYPE /mnt/rw; findmnt -n -o FSTYPE /mnt/ro")?;
+        if fstype.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "virtiofs"] {
+            return Err(format!(
+                "/mnt/rw and /mnt/ro are not both virtiofs in the guest: {fstype:?}"
+            ));
+        }
+        let hello = guest(root, name, "cat /mnt/ro/hello.txt")?;
+        if hello != "from-host" {
+            return Err(format!(
+                "the guest read {hello:?} from /mnt/ro/hello.txt, not the host's file"
+            ));
+        }
+        guest(
+            root,
+            name,
+            "echo from-guest | sudo tee /mnt/rw/guest.txt >/dev/null && sync",
+        )?;
+        let seen = fs::read_to_string(self.rw.join("guest.txt"))
+            .map_err(|e| format!("the guest's file is not on the host: {e}"))?;
+        if seen.trim() != "from-guest" {
+            return Err(format!("the host reads {seen:?} from the guest's file"));
+        }
+        let write_ro = "sudo sh -c 'echo x > /mnt/ro/nope.txt' 2>&1 && echo WROTE || echo REFUSED";
+        let first = guest(root, name, write_ro)?;
+        let remounted = guest(
+            root,
+            name,
+            &format!("sudo mount -o remount,rw /mnt/ro 2>&1; findmnt -n -o OPTIONS /mnt/ro; {write_ro}"),
+        )?;
+        println!("  libvirt write to /mnt/ro: {first:?}; after remount,rw: {remounted:?}");
+        if !first.ends_with("REFUSED") || !remounted.ends_with("REFUSED") || self.ro.join("nope.txt").exists() {
+            return Err(format!(
+                "a write to the read-only folder was not refused: {first:?}, after remount: {remounted:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// virtiofsd processes whose command line names one of the folders: (pid, command line).
+    fn virtiofsds(&self) -> Vec<(i32, String)> {
+        let dirs = [self.rw.display().to_string(), self.ro.display().to_string()];
+        processes()
+            .into_iter()
+            .filter(|(_, args)| {
+                args.first().is_some_and(|a| a.ends_with("virtiofsd"))
+                    && args.iter().any(|a| dirs.iter().any(|d| a.contains(d.as_str())))
+            })
+            .map(|(pid, args)| (pid, args.join(" ")))
+            .collect()
+    }
+}
+
+/// `n`'s first child element named `tag`.
+fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    n.children().find(|c| c.has_tag_name(tag))
+}
+
+/// Every process's (pid, argv).
+fn processes() -> Vec<(i32, Vec<String>)> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(raw) = fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args = raw
+            .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        found.push((pid, args));
+    }
+    found
+}
+
+/// The forward reaches the guest's HTTP server; `vm inspect` and `vm ls` show it.
+fn published(root: &TestRoot, lv: &Libvirtd, name: &str) -> TestResult {
+    let forward = format!("127.0.0.1:{HOST_PORT}->{GUEST_HTTP}/tcp");
+    let rec = inspect(root, name)?;
+    if rec["ports"][0] != forward.as_str() {
+        return Err(format!("`vm inspect` shows ports {}, not {forward}", rec["ports"]));
+    }
+    let ls = nubo(root, &["vm", "ls"], QUICK)?.require()?;
+    if !ls.stdout.contains(&forward) {
+        return Err(format!("`vm ls` does not show {forward}:\n{}", ls.stdout));
+    }
+    let reply = in_netns(&lv.ns, || http_get_ok(HOST_PORT, "/hello.txt"))?;
+    if !reply.contains(&format!("hello from {name}")) {
+        return Err(format!("the published port answered something else:\n{reply}"));
+    }
+    println!(
+        "  libvirt published 127.0.0.1:{HOST_PORT} -> guest :{GUEST_HTTP}: {}",
+        reply.lines().next().unwrap_or("")
+    );
+    Ok(())
+}
+
+fn uptime(root: &TestRoot, name: &str) -> Result<f64, String> {
+    let out = guest(root, name, "cut -d' ' -f1 /proc/uptime")?;
+    out.trim()
+        .parse()
+        .map_err(|_| format!("cannot read the guest's uptime: {out:?}"))
+}
+
+/// Pause stops the guest's clock (libvirt says paused), resume restarts it.
+fn pause_resume(root: &TestRoot, lv: &Libvirtd, name: &str) -> TestResult {
+    let u0 = uptime(root, name)?;
+    let h0 = Instant::now();
+    nubo(root, &["vm", "pause", name], QUICK)?.require()?;
+    let state = lv.virsh(&["domstate", name])?.require()?.stdout;
+    if ls_state(root, name)? != "paused" || state.trim() != "paused" {
+        return Err(format!(
+            "after vm pause `vm ls` says {} and libvirt {state:?}",
+            ls_state(root, name)?
+        ));
+    }
+    std::thread::sleep(PAUSE);
+    nubo(root, &["vm", "resume", name], QUICK)?.require()?;
+    let u1 = uptime(root, name)?;
+    let host = h0.elapsed().as_secs_f64();
+    let guest_s = u1 - u0;
+    println!(
+        "  libvirt paused {}s: the host saw {host:.1}s pass, the guest {guest_s:.1}s",
+        PAUSE.as_secs()
+    );
+    if guest_s > host - (PAUSE.as_secs_f64() - 4.0) {
+        return Err(format!(
+            "the guest's clock ran while paused: {guest_s:.1}s of uptime over {host:.1}s on the host"
+        ));
+    }
+    if ls_state(root, name)? != "running" {
+        return Err("`vm ls` does not say running after resume".into());
+    }
+    Ok(())
+}
