@@ -3,6 +3,11 @@
 //! runcmd, gets 10.0.2.15 from user-mode DHCP and starts sshd — all read from the serial
 //! console. The base image's sha256 is unchanged after booting an overlay of it.
 //!
+//! The image's cloud-init zygote (bootstrap recipe 5), from the same console: the BIOS and UEFI
+//! boots ran all four stages in its children; the direct-kernel boot masks it on the kernel
+//! command line (`systemd.mask=`), and each stage falls back to a plain `cloud-init` process,
+//! with the same result.
+//!
 //! TCG on purpose (`-accel tcg -cpu max`): /dev/kvm on this machine kind is PVM, which cannot
 //! run a stock kernel. One VM at a time, each bounded at 300 s and killed by PID on every path.
 
@@ -107,6 +112,7 @@ fn boot(mode: Mode) -> TestResult {
             log.display()
         ));
     }
+    zygote(mode, &seen).map_err(|e| format!("{e}; log {}", log.display()))?;
     let banner = banner?;
     let digest = sha256_file(&image.qcow2)?;
     if digest != image.digest {
@@ -122,6 +128,28 @@ fn boot(mode: Mode) -> TestResult {
         uptime(&finished).unwrap_or_else(|| "?".into()),
         finished_ds = finished.split("Datasource ").nth(1).unwrap_or("").split(']').next().unwrap_or("").to_owned() + "]",
     );
+    Ok(())
+}
+
+/// The four stages' console lines: served by the zygote, or (its unit masked) each run the
+/// normal way.
+fn zygote(mode: Mode, console: &str) -> TestResult {
+    for stage in ["init --local", "init", "modules --mode=config", "modules --mode=final"] {
+        let served = console.contains(&format!("nubo-cloud-init-zygote: cloud-init {stage}: in child "));
+        match mode {
+            Mode::Bios | Mode::Efi if !served => return Err(format!("the zygote did not serve `{stage}`")),
+            Mode::DirectKernel if served => {
+                return Err(format!("the zygote served `{stage}` though its unit was masked"))
+            }
+            _ => {}
+        }
+    }
+    let fell_back = "nubo-cloud-init-stage: the zygote is not answering";
+    if mode == Mode::DirectKernel && console.matches(fell_back).count() != 4 {
+        return Err(format!(
+            "with the zygote masked, the console does not say `{fell_back}` once for each of the four stages"
+        ));
+    }
     Ok(())
 }
 
@@ -212,14 +240,18 @@ fn qemu_command(
                     seed.display()
                 ))
         }
-        // VFAT seed on virtio-blk; kernel, initrd and command line from the image record.
+        // VFAT seed on virtio-blk; kernel, initrd and command line from the image record, with
+        // the cloud-init zygote masked: the stages' fallback.
         Mode::DirectKernel => c
             .arg("-kernel")
             .arg(&image.kernel)
             .arg("-initrd")
             .arg(&image.initrd)
             .arg("-append")
-            .arg(format!("{} console=ttyS0,115200", image.cmdline))
+            .arg(format!(
+                "{} systemd.mask=nubo-cloud-init-zygote.service console=ttyS0,115200",
+                image.cmdline
+            ))
             .arg("-drive")
             .arg(format!("file={},if=virtio,format=raw,readonly=on", seed.display())),
     };
