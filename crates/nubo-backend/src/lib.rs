@@ -628,7 +628,7 @@ pub trait Backend: Send + Sync {
         Err(BackendError::unsupported(
             self.id(),
             "shared folders (--mount)",
-            "the qemu or libvirt backend",
+            "the qemu, libvirt or cloud-hypervisor backend",
         ))
     }
 

@@ -239,6 +239,48 @@ pub fn cloud_hypervisor_processes(root: &TestRoot) -> Vec<(i32, String)> {
 /// (pid, space-joined command line), by pid.
 pub fn qemu_processes(root: &TestRoot) -> Vec<(i32, String)> {
     let needle = root.root().display().to_string();
+    processes_where(|args| {
+        args.first().is_some_and(|a| a.contains("qemu-system")) && args.iter().any(|a| a.contains(&needle))
+    })
+}
+
+/// virtiofsd processes whose command line mentions `needle` (a run directory, where their
+/// sockets are, or a shared folder): (pid, space-joined command line), by pid.
+pub fn virtiofsds(needle: &str) -> Vec<(i32, String)> {
+    processes_where(|args| {
+        args.first().is_some_and(|a| a.ends_with("virtiofsd")) && args.iter().any(|a| a.contains(needle))
+    })
+}
+
+/// No virtiofsd of `needle` is left within 15 s (each exits when its VMM disconnects).
+pub fn no_virtiofsd(needle: &str, when: &str) -> TestResult {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let left = virtiofsds(needle);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{when}: virtiofsd still running: {left:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Kills, by PID, any virtiofsd of `needle` left on the way out of a test.
+pub struct KillVirtiofsd(pub String);
+
+impl Drop for KillVirtiofsd {
+    fn drop(&mut self) {
+        for (pid, _) in virtiofsds(&self.0) {
+            eprintln!("cleanup: killing stray virtiofsd pid {pid}");
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Processes whose argv passes `pred`: (pid, space-joined command line), by pid.
+fn processes_where(pred: impl Fn(&[String]) -> bool) -> Vec<(i32, String)> {
     let mut found = Vec::new();
     for (pid, dir) in processes() {
         let Ok(raw) = fs::read(dir.join("cmdline")) else {
@@ -246,10 +288,10 @@ pub fn qemu_processes(root: &TestRoot) -> Vec<(i32, String)> {
         };
         let args: Vec<String> = raw
             .split(|b| *b == 0)
+            .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        let is_qemu = args.first().is_some_and(|a| a.contains("qemu-system"));
-        if is_qemu && args.iter().any(|a| a.contains(&needle)) {
+        if pred(&args) {
             found.push((pid, args.join(" ")));
         }
     }

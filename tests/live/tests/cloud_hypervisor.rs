@@ -55,6 +55,11 @@ fn main() -> ExitCode {
         LiveTest::new("ch_workload_microvm_apply", &["cloud-hypervisor"], || {
             timed("workload_apply", workload_apply)
         }),
+        LiveTest::new(
+            "ch_shared_folders_on_virtiofsd",
+            &["cloud-hypervisor", "virtiofsd"],
+            || timed("shared_folders", shared_folders),
+        ),
         LiveTest::new("ch_snapshot_restore_continues", &["ch-snapshot"], || {
             timed("snapshot_restore", snapshot_restore)
         }),
@@ -668,6 +673,73 @@ fn cleanup() -> TestResult {
     }
     println!("  two VMMs ({vmms:?}) gone, one removed by vm rm, one killed by pid");
     cli::vms_empty(&root, "the cleanup")
+}
+
+/// `--mount` on Cloud Hypervisor (issue 25): the VMM boots with an `fs` device per folder on
+/// shared memory, connected to a virtiofsd nubo started (`--readonly` for the read-only one);
+/// they stop with the VM, start again with it, and `vm rm` leaves none. The PVH guest has no
+/// virtio-fs driver, so the guest side (cloud-init mounting them from the seed, the same
+/// entries as on qemu) is proven by the qemu and libvirt tests.
+fn shared_folders() -> TestResult {
+    let root = TestRoot::new()?;
+    let files = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (elf, disk) = guest_files(files.path())?;
+    let (elf, disk) = (elf.display().to_string(), disk.display().to_string());
+    let name = "pvhfs";
+    let run_dir = root.run_dir().display().to_string();
+    let _kill = cli::KillVirtiofsd(run_dir.clone());
+    let _cleanup = Cleanup::new(&root, &[name]).through(nubo_here);
+    let (rw, ro) = (files.path().join("rw"), files.path().join("ro"));
+    for d in [&rw, &ro] {
+        fs::create_dir(d).map_err(|e| format!("creating {}: {e}", d.display()))?;
+    }
+    let (rw_arg, ro_arg) = (
+        format!("{}:/mnt/rw", rw.display()),
+        format!("{}:/mnt/ro:ro", ro.display()),
+    );
+    let mut a = create_args(name, &elf, &disk);
+    a.extend(["--network", "none", "--mount", &rw_arg, "--mount", &ro_arg]);
+    must(nubo_here(&root, &a, QUICK)?)?;
+    let rec = record(&root, name)?;
+    let config = &rec["launch"]["value"]["vm.create"];
+    let fs_devices = config["fs"].as_array().cloned().unwrap_or_default();
+    let tags: Vec<&str> = fs_devices.iter().filter_map(|d| d["tag"].as_str()).collect();
+    if config["memory"]["shared"] != true || tags != ["mount0", "mount1"] {
+        return Err(format!("vm.create has no fs devices on shared memory: {config}"));
+    }
+    wait_counter(&root, name, 2, QUICK)?;
+    let serving = |when: &str| -> TestResult {
+        let servers = cli::virtiofsds(&run_dir);
+        let of = |dir: &Path| -> Vec<&(i32, String)> {
+            let arg = format!("--shared-dir {}", dir.display());
+            servers.iter().filter(|(_, c)| c.contains(&arg)).collect()
+        };
+        let (w, r) = (of(&rw), of(&ro));
+        if w.is_empty()
+            || r.is_empty()
+            || w.iter().any(|(_, c)| c.contains("--readonly"))
+            || r.iter().any(|(_, c)| !c.contains("--readonly"))
+        {
+            return Err(format!(
+                "{when}: expected a virtiofsd per folder, --readonly on the read-only one only: {servers:?}"
+            ));
+        }
+        Ok(())
+    };
+    serving("after create")?;
+    println!(
+        "  Cloud Hypervisor runs with fs devices {tags:?}; virtiofsd: {:?}",
+        cli::virtiofsds(&run_dir)
+    );
+
+    must(nubo_here(&root, &["vm", "stop", name, "--timeout", "5s"], QUICK)?)?;
+    cli::no_virtiofsd(&run_dir, "after vm stop")?;
+    must(nubo_here(&root, &["vm", "start", name], QUICK)?)?;
+    wait_counter(&root, name, 2, QUICK)?;
+    serving("after vm start")?;
+    must(nubo_here(&root, &["vm", "rm", "--force", name], QUICK)?)?;
+    cli::no_virtiofsd(&run_dir, "after vm rm")?;
+    cli::vms_empty(&root, "after vm rm")
 }
 
 /// A `Workload` of type microvm with no `backend:` goes to cloud-hypervisor by the heuristic:

@@ -14,7 +14,7 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::cli::{guest, no_qemu, nubo, vms_empty, Cleanup};
+use nubo_live::cli::{guest, no_qemu, no_virtiofsd, nubo, virtiofsds, vms_empty, Cleanup, KillVirtiofsd};
 use nubo_live::{LiveTest, TestResult, TestRoot};
 
 /// One boot to cloud-init under TCG on a loaded 2-core machine: 480 s did not suffice at a load
@@ -40,58 +40,11 @@ fn main() -> ExitCode {
     )])
 }
 
-/// virtiofsd processes serving a socket under the test's run directory: (pid, command line).
-fn virtiofsds(root: &TestRoot) -> Vec<(i32, String)> {
-    let needle = root.run_dir().display().to_string();
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(raw) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.first().is_some_and(|a| a.ends_with("virtiofsd")) && args.iter().any(|a| a.contains(&needle)) {
-            found.push((pid, args.join(" ")));
-        }
-    }
-    found
-}
-
-/// Kills, by PID, any virtiofsd of the test's root left on the way out.
-struct KillVirtiofsd<'a>(&'a TestRoot);
-
-impl Drop for KillVirtiofsd<'_> {
-    fn drop(&mut self) {
-        for (pid, _) in virtiofsds(self.0) {
-            eprintln!("cleanup: killing stray virtiofsd pid {pid}");
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        }
-    }
-}
-
-fn no_virtiofsd(root: &TestRoot, when: &str) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let left = virtiofsds(root);
-        if left.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{when}: virtiofsd still running: {left:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn mounts() -> TestResult {
     let root = TestRoot::new()?;
     root.with_debian_image()?;
-    let _kill = KillVirtiofsd(&root);
+    let run_dir = root.run_dir().display().to_string();
+    let _kill = KillVirtiofsd(run_dir.clone());
     let _cleanup = Cleanup::new(&root, &[VM]);
     let rw = root.root().join("share-rw");
     let ro = root.root().join("share-ro");
@@ -156,7 +109,7 @@ fn mounts() -> TestResult {
     println!("timing boot (create --wait): {:.1}s", t.elapsed().as_secs_f64());
 
     // One virtiofsd per folder, the read-only one with --readonly.
-    let servers = virtiofsds(&root);
+    let servers = virtiofsds(&run_dir);
     let ro_arg = ro.display().to_string();
     let readonly = servers
         .iter()
@@ -229,9 +182,9 @@ fn mounts() -> TestResult {
     // Stop ends the file servers with QEMU; start brings them back; rm leaves nothing.
     nubo(&root, &["vm", "stop", VM], QUICK)?.require()?;
     no_qemu(&root, "after vm stop")?;
-    no_virtiofsd(&root, "after vm stop")?;
+    no_virtiofsd(&run_dir, "after vm stop")?;
     nubo(&root, &["vm", "rm", "--force", VM], QUICK)?.require()?;
-    no_virtiofsd(&root, "after vm rm")?;
+    no_virtiofsd(&run_dir, "after vm rm")?;
     vms_empty(&root, "after vm rm")?;
     Ok(())
 }

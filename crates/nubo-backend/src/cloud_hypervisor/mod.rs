@@ -35,7 +35,8 @@ use self::firmware::Found;
 use self::state::{snapshot_dir, ChState};
 use crate::host::{check_socket_path, previous_log, probe_kvm, rotate_console, which, KvmStatus};
 use crate::process::{self, Vmm};
-use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
+use crate::qemu::mounts;
+use crate::spec::{Boot, Firmware, MachineSpec, MountTransport, NetworkMode};
 use crate::{
     AddressCheck, Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog,
     ConsoleStream, GuestNetwork, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
@@ -205,11 +206,7 @@ impl CloudHypervisorBackend {
             backend: ID,
             why: format!("`{}` is not on PATH: {}", self.binary, install_hint()),
         })?;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&st.run_dir)
-            .map_err(io(format!("creating {}", st.run_dir.display())))?;
+        make_run_dir(st)?;
         remove_runtime_files(st)?;
         let log = fs::OpenOptions::new()
             .create(true)
@@ -264,11 +261,22 @@ impl CloudHypervisorBackend {
     }
 
     /// Removes what a VMM leaves behind: its tap and runtime files.
-    fn cleanup(&self, st: &ChState) -> Result<(), BackendError> {
+    /// After the VMM is gone: its tap, any virtiofsd left (each exits when the VMM
+    /// disconnects), the API socket and pid file.
+    fn cleanup(&self, name: &str, st: &ChState) -> Result<(), BackendError> {
         if let Some(tap) = &st.tap {
             net::delete_tap(tap)?;
         }
+        mounts::stop_found(name, &st.run_dir)?;
         remove_runtime_files(st)
+    }
+
+    /// Where virtiofsd is looked up: this backend's PATH.
+    fn host(&self) -> crate::HostEnv {
+        crate::HostEnv {
+            path: self.path.clone(),
+            hypervisor_fw: self.firmware_env.clone(),
+        }
     }
 
     fn notes(&self, st: &ChState) -> Vec<String> {
@@ -310,6 +318,15 @@ fn wait_gone(st: &ChState, uuid: &str, timeout: Duration) -> bool {
 
 fn kill_now(name: &str, st: &ChState, uuid: &str) -> Result<(), BackendError> {
     vmm(name, &st.pid_file, uuid).kill_now()
+}
+
+/// The VM's run directory (0700): the API socket, pid file and virtiofsd sockets live there.
+fn make_run_dir(st: &ChState) -> Result<(), BackendError> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&st.run_dir)
+        .map_err(io(format!("creating {}", st.run_dir.display())))
 }
 
 fn remove_runtime_files(st: &ChState) -> Result<(), BackendError> {
@@ -446,6 +463,14 @@ impl Backend for CloudHypervisorBackend {
                 "the qemu backend, or `nubo image convert` to qcow2",
             ));
         }
+        if spec.mounts.iter().any(|m| m.transport != MountTransport::Virtiofs) {
+            return Err(BackendError::unsupported(
+                ID,
+                "9p shared folders",
+                "virtio-fs: install virtiofsd (scripts/install-deps.sh) and recreate the VM, or the qemu backend",
+            ));
+        }
+        mounts::check(spec, &self.host(), ID)?;
         let mut notes = Vec::new();
         match &spec.boot {
             Boot::Firmware { firmware } => {
@@ -513,6 +538,14 @@ impl Backend for CloudHypervisorBackend {
         Ok(notes)
     }
 
+    /// virtio-fs through virtiofsd (Cloud Hypervisor's `fs` devices); it has no 9p to fall back to.
+    fn mount_transport(&self) -> Result<(MountTransport, Option<String>), BackendError> {
+        match mounts::find_virtiofsd(&self.host()) {
+            Some(_) => Ok((MountTransport::Virtiofs, None)),
+            None => Err(mounts::virtiofsd_missing(ID)),
+        }
+    }
+
     fn prepare(&self, spec: &MachineSpec) -> Result<Value, BackendError> {
         let mut st = ChState::layout(spec);
         if let Boot::Firmware { firmware } = &spec.boot {
@@ -533,6 +566,9 @@ impl Backend for CloudHypervisorBackend {
         let config = render::vm_config(spec, &st, st.firmware.as_deref())?;
         rotate_console(&st.console_log)
             .map_err(io(format!("rotating the console log {}", st.console_log.display())))?;
+        // Before the VMM: `vm.create` connects to each folder's vhost-user socket.
+        make_run_dir(&st)?;
+        let file_servers = mounts::start(spec, &st.run_dir, &self.host(), ID)?;
         if let Some(tap) = &st.tap {
             net::create_tap(tap)?;
         }
@@ -545,10 +581,11 @@ impl Backend for CloudHypervisorBackend {
             Ok(v) => v,
             Err(e) => {
                 let _ = self.end_vmm(&spec.name, &st, &spec.uuid);
-                let _ = self.cleanup(&st);
+                let _ = self.cleanup(&spec.name, &st);
                 return Err(e);
             }
         };
+        file_servers.keep();
         *state = st.to_value();
         Ok(BootInfo {
             pid: Some(pid.as_raw() as u32),
@@ -588,14 +625,14 @@ impl Backend for CloudHypervisorBackend {
         } else {
             kill_now(vm.name, &st, vm.uuid)?;
         }
-        self.cleanup(&st)
+        self.cleanup(vm.name, &st)
     }
 
     fn destroy(&self, vm: &VmRef) -> Result<(), BackendError> {
         match ChState::of(vm) {
             Ok(st) => {
                 kill_now(vm.name, &st, vm.uuid)?;
-                self.cleanup(&st)?;
+                self.cleanup(vm.name, &st)?;
                 match fs::remove_dir_all(&st.run_dir) {
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BackendError::Io {
                         what: format!("removing {}", st.run_dir.display()),
@@ -873,12 +910,14 @@ impl Backend for CloudHypervisorBackend {
         // The VM's present state is discarded: the snapshot replaces memory and disk.
         if was_running {
             kill_now(&spec.name, &st, &spec.uuid)?;
-            self.cleanup(&st)?;
+            self.cleanup(&spec.name, &st)?;
         }
         copy_atomic(&disk, &spec.disk.overlay)?;
         if !has_memory {
             return Ok(Restored::DiskOnly);
         }
+        make_run_dir(&st)?;
+        let file_servers = mounts::start(spec, &st.run_dir, &self.host(), ID)?;
         if let Some(tap) = &st.tap {
             net::create_tap(tap)?;
         }
@@ -898,10 +937,11 @@ impl Backend for CloudHypervisorBackend {
             Ok(v) => v,
             Err(e) => {
                 let _ = self.end_vmm(&spec.name, &st, &spec.uuid);
-                let _ = self.cleanup(&st);
+                let _ = self.cleanup(&spec.name, &st);
                 return Err(e);
             }
         };
+        file_servers.keep();
         *state = st.to_value();
         if was_running {
             return Ok(Restored::Running);

@@ -14,6 +14,9 @@
 //!   label on any block device.
 //! - The serial port goes to a file Cloud Hypervisor writes itself, whether or not anyone is
 //!   attached: readiness and `vm logs` read it. The virtio console is a pty for `vm console`.
+//! - Shared folders are `fs` devices on virtiofsd's vhost-user sockets (`RUN/fsN.sock`, the
+//!   qemu backend's layout and processes), with the guest's memory `shared`; the guest mounts
+//!   them by tag through the seed, as on qemu.
 //! - The kernel command line ends with `console=ttyS0,115200`: the last `console=` is
 //!   /dev/console, where cloud-init prints the line readiness waits for; `console=hvc0`
 //!   before it puts kernel messages and a login on the attachable console too.
@@ -94,6 +97,24 @@ pub fn vm_config(spec: &MachineSpec, st: &ChState, firmware: Option<&Path>) -> R
     });
     if let (Some(tap), Some(mac)) = (&st.tap, &st.mac) {
         config["net"] = json!([{"id": "net0", "tap": tap, "mac": mac}]);
+    }
+    if !spec.mounts.is_empty() {
+        // vhost-user: virtiofsd maps the guest's RAM, so it is shared memory.
+        config["memory"]["shared"] = json!(true);
+        config["fs"] = spec
+            .mounts
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                json!({
+                    "id": format!("fs{i}"),
+                    "tag": m.tag,
+                    "socket": crate::qemu::mounts::socket(&st.run_dir, i),
+                    "num_queues": 1,
+                    "queue_size": 1024,
+                })
+            })
+            .collect();
     }
     Ok(config)
 }
@@ -271,6 +292,39 @@ mod tests {
         );
         assert_eq!(v["disks"].as_array().unwrap().len(), 1);
         assert!(v.get("net").is_none());
+    }
+
+    #[test]
+    fn vm_config_shared_folders_are_fs_devices_on_shared_memory() {
+        let mut s = spec(kernel(), NetworkMode::None);
+        s.mounts = vec![
+            crate::spec::SharedDir {
+                tag: crate::spec::mount_tag(0),
+                host: "/srv/data".into(),
+                guest: "/mnt/data".into(),
+                read_only: false,
+                transport: crate::spec::MountTransport::Virtiofs,
+            },
+            crate::spec::SharedDir {
+                tag: crate::spec::mount_tag(1),
+                host: "/srv/docs".into(),
+                guest: "/mnt/docs".into(),
+                read_only: true,
+                transport: crate::spec::MountTransport::Virtiofs,
+            },
+        ];
+        let st = ChState::layout(&s);
+
+        let v = vm_config(&s, &st, None).unwrap();
+
+        assert_eq!(v["memory"], json!({"size": 536870912u64, "shared": true}));
+        assert_eq!(
+            v["fs"],
+            json!([
+                {"id": "fs0", "tag": "mount0", "socket": "/run/nubo/vms/micro/fs0.sock", "num_queues": 1, "queue_size": 1024},
+                {"id": "fs1", "tag": "mount1", "socket": "/run/nubo/vms/micro/fs1.sock", "num_queues": 1, "queue_size": 1024},
+            ])
+        );
     }
 
     #[test]

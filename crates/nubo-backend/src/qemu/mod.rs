@@ -149,7 +149,7 @@ impl QemuBackend {
             .then(probe::host_tsc_khz)
             .flatten();
         let networked = spec.network != NetworkMode::None;
-        let file_servers = mounts::start(spec, &st.run_dir, &self.host)?;
+        let file_servers = mounts::start(spec, &st.run_dir, &self.host, "qemu")?;
         for attempt in 1..=PORT_ATTEMPTS {
             // A published port someone else took since the VM last ran is named, not retried.
             crate::ports::check_free(&spec.ports)?;
@@ -401,7 +401,7 @@ impl Backend for QemuBackend {
         if o.accel == Accel::Kvm {
             probe::resolve_accel(Accel::Kvm, &self.kvm())?;
         }
-        mounts::check(spec, &self.host)?;
+        mounts::check(spec, &self.host, "qemu")?;
         Ok(Vec::new())
     }
 

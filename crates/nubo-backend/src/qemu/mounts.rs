@@ -1,5 +1,6 @@
 //! Shared folders on the qemu backend: virtio-fs through one `virtiofsd` per folder, 9p as the
-//! fallback where virtiofsd is not installed.
+//! fallback where virtiofsd is not installed. The cloud-hypervisor backend starts, finds and
+//! stops its virtiofsds through the same functions (it has virtio-fs only, no 9p).
 //!
 //! - virtio-fs: nubo starts `virtiofsd --socket-path RUN/fsN.sock --shared-dir HOST [--readonly]`
 //!   before QEMU, detached in its own process group (nubo has no daemon, and QEMU is
@@ -126,22 +127,23 @@ pub fn virtiofsd_argv(binary: &Path, m: &SharedDir, socket: &Path, root: bool) -
 }
 
 /// Before anything exists: socket paths fit, and virtiofsd is there when a folder needs it.
-pub fn check(spec: &MachineSpec, host: &HostEnv) -> Result<(), BackendError> {
+/// `backend` names who asks, in the error.
+pub fn check(spec: &MachineSpec, host: &HostEnv, backend: &'static str) -> Result<(), BackendError> {
     for (i, m) in spec.mounts.iter().enumerate() {
         if m.transport == MountTransport::Virtiofs {
             check_socket_path(&socket(&spec.run_dir, i))?;
             if find_virtiofsd(host).is_none() {
-                return Err(virtiofsd_missing());
+                return Err(virtiofsd_missing(backend));
             }
         }
     }
     Ok(())
 }
 
-pub fn virtiofsd_missing() -> BackendError {
+pub fn virtiofsd_missing(backend: &'static str) -> BackendError {
     BackendError::Unavailable {
-        backend: "qemu",
-        why: "shared folders over virtio-fs need virtiofsd, which is not installed: install it (scripts/install-deps.sh), or recreate the VM".into(),
+        backend,
+        why: "shared folders over virtio-fs need virtiofsd, which is not installed: install it (scripts/install-deps.sh), or recreate the VM without --mount".into(),
     }
 }
 
@@ -202,19 +204,25 @@ pub fn host_check(host: &HostEnv) -> crate::HostCheck {
 }
 
 /// Starts one virtiofsd per virtio-fs folder (after killing any a previous boot left) and waits
-/// for each socket. On any failure the ones already started are killed.
-pub fn start<'a>(spec: &'a MachineSpec, run_dir: &'a Path, host: &HostEnv) -> Result<Started<'a>, BackendError> {
+/// for each socket. On any failure the ones already started are killed. `backend` names who
+/// asks, in errors.
+pub fn start<'a>(
+    spec: &'a MachineSpec,
+    run_dir: &'a Path,
+    host: &HostEnv,
+    backend: &'static str,
+) -> Result<Started<'a>, BackendError> {
     stop(spec, run_dir)?;
     let started = Started {
         spec,
         run_dir,
         keep: false,
     };
-    start_all(spec, run_dir, host)?;
+    start_all(spec, run_dir, host, backend)?;
     Ok(started)
 }
 
-fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv) -> Result<(), BackendError> {
+fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv, backend: &'static str) -> Result<(), BackendError> {
     let wanted: Vec<(usize, &SharedDir)> = spec
         .mounts
         .iter()
@@ -224,7 +232,7 @@ fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv) -> Result<(), B
     if wanted.is_empty() {
         return Ok(());
     }
-    let binary = find_virtiofsd(host).ok_or_else(virtiofsd_missing)?;
+    let binary = find_virtiofsd(host).ok_or_else(|| virtiofsd_missing(backend))?;
     let root = nix::unistd::geteuid().is_root();
     for (i, m) in wanted {
         let sock = socket(run_dir, i);

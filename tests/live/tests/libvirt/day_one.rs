@@ -16,7 +16,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nubo_live::cli::{guest, inspect, ls_state, nubo};
+use nubo_live::cli::{guest, inspect, ls_state, no_virtiofsd, nubo, virtiofsds};
 use nubo_live::libvirtd::Libvirtd;
 use nubo_live::net::{http_get_ok, in_netns};
 use nubo_live::{TestResult, TestRoot};
@@ -80,17 +80,8 @@ impl DayOne {
 
     /// After `vm rm`: no virtiofsd serves either folder.
     pub fn after_rm(&self) -> TestResult {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let left = self.virtiofsds();
-            if left.is_empty() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("after vm rm virtiofsd still serves the folders: {left:?}"));
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        no_virtiofsd(&self.rw.display().to_string(), "after vm rm")?;
+        no_virtiofsd(&self.ro.display().to_string(), "after vm rm")
     }
 
     fn domain_xml(&self, lv: &Libvirtd, name: &str) -> TestResult {
@@ -178,41 +169,15 @@ impl DayOne {
 
     /// virtiofsd processes whose command line names one of the folders: (pid, command line).
     fn virtiofsds(&self) -> Vec<(i32, String)> {
-        let dirs = [self.rw.display().to_string(), self.ro.display().to_string()];
-        processes()
-            .into_iter()
-            .filter(|(_, args)| {
-                args.first().is_some_and(|a| a.ends_with("virtiofsd"))
-                    && args.iter().any(|a| dirs.iter().any(|d| a.contains(d.as_str())))
-            })
-            .map(|(pid, args)| (pid, args.join(" ")))
-            .collect()
+        let mut all = virtiofsds(&self.rw.display().to_string());
+        all.extend(virtiofsds(&self.ro.display().to_string()));
+        all
     }
 }
 
 /// `n`'s first child element named `tag`.
 fn child<'a, 'i>(n: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
     n.children().find(|c| c.has_tag_name(tag))
-}
-
-/// Every process's (pid, argv).
-fn processes() -> Vec<(i32, Vec<String>)> {
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(raw) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args = raw
-            .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        found.push((pid, args));
-    }
-    found
 }
 
 /// The forward reaches the guest's HTTP server; `vm inspect` and `vm ls` show it.
