@@ -254,16 +254,23 @@ pub fn virtiofsds(needle: &str) -> Vec<(i32, String)> {
 
 /// No virtiofsd of `needle` is left within 15 s (each exits when its VMM disconnects).
 pub fn no_virtiofsd(needle: &str, when: &str) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(15);
+    until_empty(Duration::from_secs(15), || virtiofsds(needle))
+        .map_err(|left| format!("{when}: virtiofsd still running: {left:?}"))
+}
+
+/// Polls `list` until it lists nothing (a process being killed takes a moment to go), or
+/// `within` passes: then `Err` with what it last listed.
+pub fn until_empty<T>(within: Duration, list: impl Fn() -> Vec<T>) -> Result<(), Vec<T>> {
+    let deadline = Instant::now() + within;
     loop {
-        let left = virtiofsds(needle);
+        let left = list();
         if left.is_empty() {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(format!("{when}: virtiofsd still running: {left:?}"));
+            return Err(left);
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
@@ -331,17 +338,8 @@ pub fn one_qemu(root: &TestRoot, uuid: &str, when: &str) -> Result<i32, String> 
 
 /// No QEMU runs for the test's root (within a few seconds: a killed one may still be exiting).
 pub fn no_qemu(root: &TestRoot, when: &str) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let procs = qemu_processes(root);
-        if procs.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{when}: QEMU still running:\n{}", listed(&procs)));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    until_empty(Duration::from_secs(10), || qemu_processes(root))
+        .map_err(|procs| format!("{when}: QEMU still running:\n{}", listed(&procs)))
 }
 
 fn listed(procs: &[(i32, String)]) -> String {

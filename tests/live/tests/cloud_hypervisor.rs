@@ -661,16 +661,8 @@ fn cleanup() -> TestResult {
 
     drop(cleanup);
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !cli::cloud_hypervisor_processes(&root).is_empty() {
-        if Instant::now() >= deadline {
-            return Err(format!(
-                "the cleanup left Cloud Hypervisor running: {:?}",
-                cli::cloud_hypervisor_processes(&root)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    cli::until_empty(Duration::from_secs(10), || cli::cloud_hypervisor_processes(&root))
+        .map_err(|left| format!("the cleanup left Cloud Hypervisor running: {left:?}"))?;
     println!("  two VMMs ({vmms:?}) gone, one removed by vm rm, one killed by pid");
     cli::vms_empty(&root, "the cleanup")
 }

@@ -92,17 +92,8 @@ fn vmms(root: &TestRoot) -> Vec<String> {
 
 /// No VMM runs for the root (a killed one may take a moment to go).
 fn no_vmm(root: &TestRoot, when: &str) -> TestResult {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = vmms(root);
-        if left.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{when}: a VMM is still running: {left:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cli::until_empty(Duration::from_secs(10), || vmms(root))
+        .map_err(|left| format!("{when}: a VMM is still running: {left:?}"))
 }
 
 fn qemu_img(args: &[&str]) -> TestResult {
