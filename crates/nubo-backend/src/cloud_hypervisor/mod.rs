@@ -260,9 +260,8 @@ impl CloudHypervisorBackend {
         kill_now(name, st, uuid)
     }
 
-    /// Removes what a VMM leaves behind: its tap and runtime files.
-    /// After the VMM is gone: its tap, any virtiofsd left (each exits when the VMM
-    /// disconnects), the API socket and pid file.
+    /// Removes what a VMM leaves behind: its tap, any virtiofsd still running (each exits when
+    /// the VMM disconnects), the API socket and pid file.
     fn cleanup(&self, name: &str, st: &ChState) -> Result<(), BackendError> {
         if let Some(tap) = &st.tap {
             net::delete_tap(tap)?;
