@@ -378,7 +378,7 @@ async fn reconcile_inner(img: &VMImage, ctx: &Ctx) -> Result<Action, Error> {
                                 || std::error::Error::source(&e)
                                     .and_then(|s| s.downcast_ref::<nubo_image::PullError>())
                                     .is_some_and(|p| p.kind() == nubo_core::ErrorKind::Integrity);
-                            let msg = format!("host `{}`: {}", h.name, chain(&e));
+                            let msg = format!("host `{}`: {}", h.name, nubo_core::error::chain(&e));
                             if integrity {
                                 failed.get_or_insert(msg.clone());
                             } else {
@@ -433,18 +433,6 @@ fn oci_mismatch(rec: &nubo_image::ImageRecord, want: &str) -> String {
         rec.source.url.as_deref().unwrap_or(&rec.reference),
         rec.digest
     )
-}
-
-/// An error and its sources, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 async fn apply(api: &Api<VMImage>, name: &str, status: &VMImageStatus, manager: &str) -> Result<(), Error> {

@@ -317,13 +317,7 @@ fn classify(e: &EngineError) -> Refusal {
             let integrity = std::error::Error::source(e)
                 .and_then(|s| s.downcast_ref::<nubo_image::PullError>())
                 .is_some_and(|p| p.kind() == nubo_core::ErrorKind::Integrity);
-            let mut msg = e.to_string();
-            let mut cur = std::error::Error::source(e);
-            while let Some(c) = cur {
-                msg.push_str(": ");
-                msg.push_str(&c.to_string());
-                cur = c.source();
-            }
+            let msg = nubo_core::error::chain(e);
             if integrity {
                 fail("ImageChecksumMismatch", format!("{msg}; fix the VMImage's checksum or ref"))
             } else {

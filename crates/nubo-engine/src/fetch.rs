@@ -115,6 +115,8 @@ mod tests {
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
+    use nubo_core::error::chain;
+
     use super::*;
 
     /// An HTTP/1.1 server on 127.0.0.1 answering every request with `body` (HEAD without it).
@@ -145,33 +147,43 @@ mod tests {
         format!("http://{addr}/disk.qcow2")
     }
 
+    /// A fetcher into `dir/images` with the default pull configuration.
+    fn fetcher(dir: &std::path::Path, name_urls_by_checksum: bool) -> PullFetcher {
+        PullFetcher {
+            images: dir.join("images"),
+            config: PullConfig::default(),
+            name_urls_by_checksum,
+        }
+    }
+
+    /// An image at a plain-HTTP `url` (the tests' local servers) with its checksum.
+    fn http_image(url: &str, checksum: &str) -> Fetch {
+        Fetch::Url {
+            url: url.to_owned(),
+            checksum: Some(checksum.to_owned()),
+            insecure_no_checksum: false,
+            allow_http: true,
+        }
+    }
+
     #[test]
     fn pull_fetcher_with_a_cancelled_token_pulls_nothing_and_says_cancelled() {
         let dir = tempfile::tempdir().unwrap();
         let url = serve(vec![7u8; 1 << 20]);
-        let fetcher = PullFetcher {
-            images: dir.path().join("images"),
-            config: PullConfig::default(),
-            name_urls_by_checksum: false,
-        };
+        let fetcher = fetcher(dir.path(), false);
         let cancel = nubo_core::Cancel::new();
         cancel.cancel();
 
         let err = fetcher
             .fetch(
-                &Fetch::Url {
-                    url,
-                    checksum: Some(format!("sha256:{}", "0".repeat(64))),
-                    insecure_no_checksum: false,
-                    allow_http: true,
-                },
+                &http_image(&url, &format!("sha256:{}", "0".repeat(64))),
                 &cancel,
                 &mut |_| {},
             )
             .err()
             .unwrap();
 
-        let text = anyhow_chain(&err);
+        let text = chain(&err);
         assert!(text.contains("the pull was cancelled"), "{text}");
         assert!(text.contains("nothing was downloaded"), "{text}");
         assert!(nubo_image::ImageStore::open(&dir.path().join("images"))
@@ -179,18 +191,6 @@ mod tests {
             .list()
             .unwrap()
             .is_empty());
-    }
-
-    /// `err` and its sources, one line.
-    fn anyhow_chain(err: &dyn std::error::Error) -> String {
-        let mut out = err.to_string();
-        let mut cur = err.source();
-        while let Some(e) = cur {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            cur = e.source();
-        }
-        out
     }
 
     #[test]
@@ -201,24 +201,13 @@ mod tests {
         let bytes = std::fs::read(&disk).unwrap();
         let digest = nubo_image::digest::sha256_bytes(&bytes);
         let url = serve(bytes);
-        let fetcher = PullFetcher {
-            images: dir.path().join("images"),
-            config: PullConfig::default(),
-            name_urls_by_checksum: false,
-        };
+        let fetcher = fetcher(dir.path(), false);
         let mut steps: Vec<String> = Vec::new();
 
         let rec = fetcher
-            .fetch(
-                &Fetch::Url {
-                    url,
-                    checksum: Some(digest.clone()),
-                    insecure_no_checksum: false,
-                    allow_http: true,
-                },
-                &nubo_core::Cancel::new(),
-                &mut |e| steps.push(format!("{e:?}")),
-            )
+            .fetch(&http_image(&url, &digest), &nubo_core::Cancel::new(), &mut |e| {
+                steps.push(format!("{e:?}"))
+            })
             .unwrap();
 
         assert_eq!(rec.digest, digest);
@@ -245,23 +234,9 @@ mod tests {
     fn pull_fetcher_same_file_name_two_urls_named_by_checksum_both_kept() {
         let dir = tempfile::tempdir().unwrap();
         let served = two_disks_one_name(dir.path());
-        let fetcher = PullFetcher {
-            images: dir.path().join("images"),
-            config: PullConfig::default(),
-            name_urls_by_checksum: true,
-        };
-        let fetch = |url: &str, digest: &str| {
-            fetcher.fetch(
-                &Fetch::Url {
-                    url: url.to_owned(),
-                    checksum: Some(digest.to_owned()),
-                    insecure_no_checksum: false,
-                    allow_http: true,
-                },
-                &nubo_core::Cancel::new(),
-                &mut |_| {},
-            )
-        };
+        let fetcher = fetcher(dir.path(), true);
+        let fetch =
+            |url: &str, digest: &str| fetcher.fetch(&http_image(url, digest), &nubo_core::Cancel::new(), &mut |_| {});
 
         let a = fetch(&served[0].0, &served[0].1).unwrap();
         let b = fetch(&served[1].0, &served[1].1).unwrap();
@@ -283,22 +258,9 @@ mod tests {
         // The CLI's naming, for contrast: the second `disk.qcow2` would re-point tag `disk`.
         let dir = tempfile::tempdir().unwrap();
         let served = two_disks_one_name(dir.path());
-        let fetcher = PullFetcher {
-            images: dir.path().join("images"),
-            config: PullConfig::default(),
-            name_urls_by_checksum: false,
-        };
+        let fetcher = fetcher(dir.path(), false);
         let fetch = |(url, digest): &(String, String)| {
-            fetcher.fetch(
-                &Fetch::Url {
-                    url: url.clone(),
-                    checksum: Some(digest.clone()),
-                    insecure_no_checksum: false,
-                    allow_http: true,
-                },
-                &nubo_core::Cancel::new(),
-                &mut |_| {},
-            )
+            fetcher.fetch(&http_image(url, digest), &nubo_core::Cancel::new(), &mut |_| {})
         };
 
         fetch(&served[0]).unwrap();
@@ -331,9 +293,9 @@ mod tests {
             .err()
             .unwrap();
 
-        let chain = error_chain(&err);
-        assert!(chain.contains("daemon-auth.json"), "{chain}");
-        assert!(chain.contains("127.0.0.1:1/team/vm:1"), "{chain}");
+        let text = chain(&err);
+        assert!(text.contains("daemon-auth.json"), "{text}");
+        assert!(text.contains("127.0.0.1:1/team/vm:1"), "{text}");
     }
 
     #[test]
@@ -367,21 +329,9 @@ mod tests {
             .err()
             .unwrap();
 
-        let chain = error_chain(&err);
-        assert!(matches!(err, EngineError::Pull { .. }), "{chain}");
-        assert!(!chain.contains("secret"), "{chain}");
+        let text = chain(&err);
+        assert!(matches!(err, EngineError::Pull { .. }), "{text}");
+        assert!(!text.contains("secret"), "{text}");
         assert!(steps.iter().any(|s| s.contains("pulling")), "{steps:?}");
-    }
-
-    /// The error and its sources, one line.
-    fn error_chain(e: &dyn std::error::Error) -> String {
-        let mut out = e.to_string();
-        let mut cur = e.source();
-        while let Some(s) = cur {
-            out.push_str(": ");
-            out.push_str(&s.to_string());
-            cur = s.source();
-        }
-        out
     }
 }

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use nubo_core::error::chain;
 use nubo_image::http::Limits;
 use nubo_image::oci::{self, Client, ClientSettings, Credentials, OciPullRequest};
 use nubo_image::{ImageStore, OciRef, TlsSettings};
@@ -201,18 +202,6 @@ fn pull(e: &Env, fake: &Fake, tag: &str, limits: Limits) -> Result<nubo_image::A
         client: settings(e, limits, None),
     };
     oci::pull(&e.store, &req, &mut |_| {})
-}
-
-/// Every error of the chain, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Nothing stored and no partial left behind.

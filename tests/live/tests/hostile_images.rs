@@ -16,6 +16,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+use nubo_core::error::chain;
 use nubo_disk::{DiskError, Format, Usage};
 use nubo_image::{convert, import, ConvertSpec, ImageRef, ImageStore, ImportRequest};
 use nubo_live::watch::Watch;
@@ -685,18 +686,6 @@ fn qemu_img_create(opts: &[&str], out: &Path, size: &str) -> TestResult {
 
 fn write(path: &Path, bytes: &[u8]) -> TestResult {
     fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// An error and its causes, one line, as the CLI prints them.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 fn p(path: &Path) -> &str {

@@ -185,7 +185,7 @@ fn ls(output: OutputFormat, settings: &Settings) -> anyhow::Result<()> {
         eprintln!(
             "warning: skipped {}: {}; remove the file (or `nubo image import --force` over its tag) to clear this",
             bad.path.display(),
-            chain(&bad.error)
+            nubo_core::error::chain(&bad.error)
         );
     }
     let records = listing.records;
@@ -333,18 +333,6 @@ fn prune(a: &PruneArgs, settings: &Settings) -> anyhow::Result<()> {
         report.removed.len()
     );
     Ok(())
-}
-
-/// A library error with its sources, `: `-joined as `main` prints fatal ones.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cur = c.source();
-    }
-    text
 }
 
 fn target_format(to: ConvertTo) -> Format {

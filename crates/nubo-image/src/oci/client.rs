@@ -467,7 +467,7 @@ impl Client {
                     progress(UploadEvent::Retry {
                         attempt,
                         offset: at,
-                        error: format!("chunk at byte {sent}: {}; {how}", chain(&e)),
+                        error: format!("chunk at byte {sent}: {}; {how}", nubo_core::error::chain(&e)),
                     });
                     std::thread::sleep(RETRY_PAUSE * 2u32.saturating_pow(attempt - 1));
                     location = next;
@@ -665,18 +665,6 @@ fn upload_range(v: &str) -> Option<u64> {
         .parse()
         .ok()?;
     Some(if last == 0 { 0 } else { last + 1 })
-}
-
-/// An error and its sources, one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
 }
 
 /// Failures a chunk's retry can cure: the connection broke or timed out, or the registry
