@@ -121,7 +121,7 @@ impl ApiServer {
     /// more, most of a client's 15 s lease) and started again with the same command line, so
     /// the same port, certificates and etcd (which keeps running, with its data). The new pid
     /// goes into the pid file, so `stop` (the drop) stops it. Returns when /readyz says ok, or
-    /// fails after 60 s. The script has no restart of its own: `start` wipes etcd's data.
+    /// fails after 120 s. The script has no restart of its own: `start` wipes etcd's data.
     pub fn restart_apiserver(&self) -> Result<(), String> {
         use nix::sys::signal::{kill, Signal};
         use nix::unistd::Pid;
@@ -162,34 +162,76 @@ impl ApiServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(self.dir().join("apiserver.log"))
-            .map_err(|e| format!("apiserver.log: {e}"))?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|e| format!("starting kube-apiserver again: {e}"))?;
-        std::fs::write(&pid_file, format!("{}\n", child.id())).map_err(|e| format!("{}: {e}", pid_file.display()))?;
-        // Reaped when it ends (the script's `stop`, by the pid file).
-        std::thread::spawn(move || {
-            let _ = child.wait();
-        });
+        let port = argv
+            .iter()
+            .find_map(|a| a.to_str()?.strip_prefix("--secure-port=")?.parse::<u16>().ok())
+            .ok_or_else(|| format!("kube-apiserver's command line has no --secure-port: {argv:?}"))?;
+        // The port is one the script chose from the ephemeral range, so while the apiserver is
+        // down any outgoing connection on this machine may be given it as its own port (among
+        // them a client's retry to this very port, which then connects to itself). The new
+        // apiserver then fails at once with "address already in use": wait for the port to be
+        // free, and start again while its bind is refused, for up to 60 s in all.
+        let log_path = self.dir().join("apiserver.log");
+        let bind_deadline = Instant::now() + Duration::from_secs(60);
+        let mut starts = 0;
+        let mut child = loop {
+            while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+                if Instant::now() >= bind_deadline {
+                    return Err(format!(
+                        "127.0.0.1:{port} still taken 60 s after kube-apiserver was killed"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let log_len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+            let log = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log_path)
+                .map_err(|e| format!("apiserver.log: {e}"))?;
+            let log2 = log.try_clone().map_err(|e| e.to_string())?;
+            let mut child = Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(std::process::Stdio::null())
+                .stdout(log)
+                .stderr(log2)
+                .spawn()
+                .map_err(|e| format!("starting kube-apiserver again: {e}"))?;
+            starts += 1;
+            std::fs::write(&pid_file, format!("{}\n", child.id()))
+                .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+            // A refused bind ends the process within a second of its start.
+            let settle = Instant::now() + Duration::from_secs(3);
+            let exited = loop {
+                match child.try_wait() {
+                    Ok(Some(st)) => break Some(st),
+                    Ok(None) if Instant::now() < settle => std::thread::sleep(Duration::from_millis(50)),
+                    _ => break None,
+                }
+            };
+            let Some(status) = exited else { break child };
+            let tail = std::fs::read(&log_path)
+                .map(|b| String::from_utf8_lossy(&b[(log_len as usize).min(b.len())..]).into_owned())
+                .unwrap_or_default();
+            if tail.contains("address already in use") && Instant::now() < bind_deadline {
+                eprintln!("kube-apiserver restart {starts}: 127.0.0.1:{port} was taken again; retrying");
+                continue;
+            }
+            return Err(format!(
+                "kube-apiserver ended at once after its restart ({status}):\n{}",
+                tail.lines().rev().take(30).collect::<Vec<_>>().join("\n")
+            ));
+        };
         let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+        let ready = loop {
             let out = self.kubectl(&["get", "--raw", "/readyz"])?;
             if out.ok && out.stdout.trim() == "ok" {
-                return Ok(());
+                break Ok(());
             }
-            if Instant::now() >= deadline {
-                let log = std::fs::read_to_string(self.dir().join("apiserver.log")).unwrap_or_default();
+            if Instant::now() >= deadline || matches!(child.try_wait(), Ok(Some(_))) {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
                 let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                return Err(format!(
+                break Err(format!(
                     "kube-apiserver not ready 120 s after its restart: {} {}\n--- apiserver.log (last lines, newest first):\n{}",
                     out.stdout,
                     out.stderr,
@@ -197,7 +239,12 @@ impl ApiServer {
                 ));
             }
             std::thread::sleep(Duration::from_millis(250));
-        }
+        };
+        // Reaped when it ends (the script's `stop`, by the pid file).
+        std::thread::spawn(move || {
+            let _ = child.wait();
+        });
+        ready
     }
 }
 
