@@ -36,8 +36,8 @@ pub use config::BackendConfig;
 pub use host_env::HostEnv;
 pub use registry::{select, Registry, Selection, SelectionInput, Source};
 pub use spec::{
-    mount_tag, Boot, Disk, Firmware, MachineKind, MachineSpec, MountTransport, NetworkMode, SeedDevice, SeedFormat,
-    SharedDir,
+    free_mount_tag, mount_tag, Boot, Disk, Firmware, MachineKind, MachineSpec, MountTransport, NetworkMode, SeedDevice,
+    SeedFormat, SharedDir,
 };
 
 /// Every built-in backend, with libvirt on its default URI.
@@ -632,22 +632,26 @@ pub trait Backend: Send + Sync {
         ))
     }
 
-    /// Adds a shared folder to a running VM (`vm mount`). No backend hot-plugs one yet: virtio-fs
-    /// needs guest memory shared from boot and a device the guest then has to mount.
-    fn mount_running(&self, _vm: &VmRef, _dir: &SharedDir) -> Result<(), BackendError> {
+    /// Whether shared folder `dir` can be added to or removed from a running VM of `machine`
+    /// (`vm mount`, `vm umount`), asked before anything changes. Refused by default: hot-plug
+    /// needs a device the backend can add live, and virtio-fs guest memory shared from boot.
+    fn check_hot_plug(&self, _machine: &MachineSpec, _dir: &SharedDir) -> Result<(), BackendError> {
         Err(BackendError::unsupported(
             self.id(),
-            "adding a shared folder to a running VM (vm mount)",
-            "`nubo vm rm` and `nubo vm create --mount HOST_DIR[:GUEST_DIR][:ro]` again",
+            "adding or removing a shared folder on a running VM (vm mount, vm umount)",
+            "the qemu backend, or `nubo vm rm` and `nubo vm create` with the folders wanted (--mount HOST_DIR[:GUEST_DIR][:ro])",
         ))
     }
 
-    /// Removes a shared folder from a running VM (`vm umount`).
-    fn unmount_running(&self, _vm: &VmRef, _tag: &str) -> Result<(), BackendError> {
-        Err(BackendError::unsupported(
-            self.id(),
-            "removing a shared folder from a running VM (vm umount)",
-            "`umount` inside the guest, or `nubo vm rm` and `nubo vm create` without that --mount",
-        ))
+    /// Adds shared folder `dir` to running VM `vm`, whose machine is `machine` (`vm mount`),
+    /// after [`Backend::check_hot_plug`]; the guest-side mount is the engine's.
+    fn mount_running(&self, _vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)
+    }
+
+    /// Removes shared folder `dir` from running VM `vm` (`vm umount`), once the guest has
+    /// unmounted it.
+    fn unmount_running(&self, _vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)
     }
 }

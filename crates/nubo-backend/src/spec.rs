@@ -163,7 +163,26 @@ pub struct SharedDir {
     pub transport: MountTransport,
 }
 
+impl SharedDir {
+    /// The folder's slot: the number in its tag (`mount3` is 3), which also names its device,
+    /// socket and virtiofsd on the host, so a folder keeps them when another is unmounted;
+    /// `position` (its place in the machine's list) for a tag of another form.
+    pub fn slot(&self, position: usize) -> usize {
+        self.tag
+            .strip_prefix("mount")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(position)
+    }
+}
+
 /// The tag of the `index`th shared folder.
 pub fn mount_tag(index: usize) -> String {
     format!("mount{index}")
+}
+
+/// The tag of a folder added beside `dirs`: the lowest `mountN` none of them holds.
+pub fn free_mount_tag(dirs: &[SharedDir]) -> String {
+    let used: Vec<usize> = dirs.iter().enumerate().map(|(i, d)| d.slot(i)).collect();
+    let n = (0..).find(|n| !used.contains(n)).expect("a free slot below usize::MAX");
+    mount_tag(n)
 }

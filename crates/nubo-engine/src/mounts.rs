@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use nubo_backend::{mount_tag, Backend, SharedDir};
+use nubo_backend::{free_mount_tag, mount_tag, Backend, SharedDir};
 use nubo_spec::{Field, MountSpec, VmSpec};
 
 use crate::plan::{Plan, SeedPlan};
@@ -117,15 +117,17 @@ pub(crate) fn append(doc: Vec<u8>, mounts: &str) -> Vec<u8> {
 }
 
 impl crate::Engine {
-    /// `vm mount`: shares another host directory with an existing VM through the backend's
-    /// hot-plug, then records it. No backend hot-plugs one yet; each refuses by name with the
-    /// alternative (recreate the VM with `--mount`).
+    /// `vm mount`: shares another host directory with a running VM. The backend hot-plugs the
+    /// device (or refuses by name where it cannot), then nubo mounts it in the guest over SSH
+    /// and writes its `/etc/fstab` line, so it is mounted again on the next boot, when the
+    /// backend attaches it from the record as a folder given at creation. A guest-side failure
+    /// unplugs the device again: nothing is left half-made, and the record changes only at
+    /// the end.
     pub fn mount(&self, name: &str, m: &MountSpec) -> Result<(), EngineError> {
         nubo_spec::check_mounts(std::slice::from_ref(m))?;
         let (_lock, mut rec) = self.lock_existing(name, "mount")?;
         let backend = self.backend_of(&rec)?;
         let dir = self.roots.vm_dir(name);
-        let index = rec.machine.mounts.len();
         if rec.machine.mounts.iter().any(|d| d.guest == m.guest()) {
             return Err(EngineError::spec(
                 Field::Mounts,
@@ -135,21 +137,32 @@ impl crate::Engine {
                 ),
             ));
         }
+        self.require_running(&rec, "mount")?;
         let (transport, _) = backend.mount_transport()?;
         let shared = SharedDir {
-            tag: mount_tag(index),
-            host: host_dir(index, &m.host_path)?,
+            tag: free_mount_tag(&rec.machine.mounts),
+            host: host_dir(rec.machine.mounts.len(), &m.host_path)?,
             guest: m.guest().to_path_buf(),
             read_only: m.read_only,
             transport,
         };
-        backend.mount_running(&rec.vm_ref(&dir), &shared)?;
+        // Before the device: what the backend cannot plug, and a VM the host cannot reach
+        // over SSH (which could not mount it), are refused with nothing changed.
+        backend.check_hot_plug(&rec.machine, &shared)?;
+        let ssh = self.ssh_argv(name, &[])?;
+        backend.mount_running(&rec.vm_ref(&dir), &rec.machine, &shared)?;
+        if let Err(e) = self.in_guest(name, ssh, &guest_mount_script(&shared)) {
+            let _ = backend.unmount_running(&rec.vm_ref(&dir), &rec.machine, &shared);
+            return Err(e);
+        }
         rec.machine.mounts.push(shared);
         rec.spec.mounts.push(m.clone());
         crate::record::save(&dir, &rec)
     }
 
-    /// `vm umount`: stops sharing the folder mounted at `guest` with a running VM.
+    /// `vm umount`: stops sharing the folder mounted at `guest` with a running VM: unmounted in
+    /// the guest and dropped from its `/etc/fstab` over SSH, then unplugged by the backend.
+    /// Each step converges when run again after an interruption.
     pub fn umount(&self, name: &str, guest: &Path) -> Result<(), EngineError> {
         let (_lock, mut rec) = self.lock_existing(name, "umount")?;
         let backend = self.backend_of(&rec)?;
@@ -163,9 +176,212 @@ impl crate::Engine {
                 ),
             ));
         };
-        backend.unmount_running(&rec.vm_ref(&dir), &rec.machine.mounts[i].tag)?;
+        self.require_running(&rec, "umount")?;
+        let shared = rec.machine.mounts[i].clone();
+        // The backend's refusal first, before the guest loses the folder.
+        backend.check_hot_plug(&rec.machine, &shared)?;
+        let ssh = self.ssh_argv(name, &[])?;
+        self.in_guest(name, ssh, &guest_umount_script(&shared))?;
+        backend.unmount_running(&rec.vm_ref(&dir), &rec.machine, &shared)?;
         rec.machine.mounts.remove(i);
         rec.spec.mounts.retain(|m| m.guest() != guest);
         crate::record::save(&dir, &rec)
+    }
+
+    fn require_running(&self, rec: &crate::record::VmRecord, verb: &str) -> Result<(), EngineError> {
+        let state = self.state(rec)?;
+        if state == nubo_core::VmState::Running {
+            return Ok(());
+        }
+        let name = &rec.name;
+        Err(EngineError::InvalidState {
+            name: name.clone(),
+            state: state.to_string(),
+            fix: match state {
+                nubo_core::VmState::Paused => {
+                    format!("resume it first (`nubo vm resume {name}`), then `nubo vm {verb}` again")
+                }
+                _ => format!("start it first (`nubo vm start {name}`), then `nubo vm {verb}` again"),
+            },
+        })
+    }
+
+    /// Runs `script` as root in the guest through `ssh` (the VM's ssh command line), bounded by
+    /// [`GUEST_TIMEOUT`]; its error names the guest and what it said.
+    fn in_guest(&self, name: &str, mut ssh: Vec<String>, script: &str) -> Result<(), EngineError> {
+        use std::io::Read;
+        // Never a password or passphrase prompt: nubo's key or nothing.
+        ssh.splice(1..1, ["-o".to_owned(), "BatchMode=yes".to_owned()]);
+        ssh.push(format!("sudo -n sh -c {}", sh_quote(script)));
+        let fail = |detail: String| {
+            EngineError::Backend(nubo_backend::BackendError::Remote {
+                what: format!("the guest of vm `{name}`"),
+                detail,
+            })
+        };
+        let mut child = std::process::Command::new(&ssh[0])
+            .args(&ssh[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| fail(format!("starting ssh: {e}")))?;
+        let mut stderr = child.stderr.take().expect("piped");
+        let reader = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = (&mut stderr).take(16 << 10).read_to_end(&mut out);
+            out
+        });
+        let deadline = std::time::Instant::now() + GUEST_TIMEOUT;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break Some(st),
+                Ok(None) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let said = reader.join().unwrap_or_default();
+        let said = nubo_core::file::escape_control(String::from_utf8_lossy(&said).trim());
+        match status {
+            Some(st) if st.success() => Ok(()),
+            Some(st) if st.code() == Some(255) => Err(fail(format!(
+                "ssh could not reach it ({said}): check `nubo vm ssh {name}` works, then run the command again"
+            ))),
+            Some(st) => Err(fail(format!("the command failed ({st}): {said}"))),
+            None => Err(fail(format!(
+                "no answer within {} s: check `nubo vm ssh {name}` works, then run the command again",
+                GUEST_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+}
+
+/// How long the guest-side step of `vm mount` / `vm umount` may take.
+const GUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A word for a POSIX shell: single-quoted, each `'` closed, escaped and reopened.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The `/etc/fstab` line of a shared folder: the options the seed's `mounts:` entry gives
+/// (guest paths hold no whitespace: `nubo_spec::check_mounts`).
+fn fstab_line(d: &SharedDir) -> String {
+    let ro = if d.read_only { ",ro" } else { "" };
+    format!(
+        "{} {} {} defaults{ro},nofail 0 0",
+        d.tag,
+        d.guest.display(),
+        d.transport.fs_type()
+    )
+}
+
+/// Drops the `/etc/fstab` lines of tag `t` (cloud-init's for a folder given at creation, or
+/// nubo's own), leaving every other line as it was.
+const FSTAB_DROP: &str = "awk -v t=\"$tag\" '$1 != t' /etc/fstab > /etc/fstab.nubo && cat /etc/fstab.nubo > /etc/fstab && rm -f /etc/fstab.nubo";
+
+/// The guest side of `vm mount` (pure): the directory made, the folder mounted by its tag
+/// (unless already), and its fstab line in place of any earlier one for that tag.
+pub(crate) fn guest_mount_script(d: &SharedDir) -> String {
+    let ro = if d.read_only { "-o ro " } else { "" };
+    format!(
+        "set -e; tag={tag}; dir={dir}; mkdir -p \"$dir\"; mountpoint -q \"$dir\" || mount -t {fs} {ro}\"$tag\" \"$dir\"; {FSTAB_DROP}; echo {line} >> /etc/fstab",
+        tag = sh_quote(&d.tag),
+        dir = sh_quote(&d.guest.to_string_lossy()),
+        fs = d.transport.fs_type(),
+        line = sh_quote(&fstab_line(d)),
+    )
+}
+
+/// The guest side of `vm umount` (pure): unmounted if mounted, its fstab lines dropped.
+pub(crate) fn guest_umount_script(d: &SharedDir) -> String {
+    format!(
+        "set -e; tag={tag}; dir={dir}; if mountpoint -q \"$dir\"; then umount \"$dir\"; fi; {FSTAB_DROP}",
+        tag = sh_quote(&d.tag),
+        dir = sh_quote(&d.guest.to_string_lossy()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nubo_backend::MountTransport;
+
+    fn shared(guest: &str, ro: bool) -> SharedDir {
+        SharedDir {
+            tag: "mount2".into(),
+            host: "/srv/x".into(),
+            guest: guest.into(),
+            read_only: ro,
+            transport: MountTransport::Virtiofs,
+        }
+    }
+
+    fn sh(script: &str) -> std::process::Output {
+        std::process::Command::new("sh").arg("-c").arg(script).output().unwrap()
+    }
+
+    #[test]
+    fn sh_quote_survives_a_shell() {
+        let hostile = "/mnt/it's $(touch /tmp/x) `id` \\ \"q\"";
+
+        let out = sh(&format!("printf %s {}", sh_quote(hostile)));
+
+        assert_eq!(String::from_utf8_lossy(&out.stdout), hostile);
+    }
+
+    #[test]
+    fn fstab_line_matches_the_seeds_options() {
+        assert_eq!(
+            fstab_line(&shared("/mnt/a", false)),
+            "mount2 /mnt/a virtiofs defaults,nofail 0 0"
+        );
+        assert_eq!(
+            fstab_line(&shared("/mnt/a", true)),
+            "mount2 /mnt/a virtiofs defaults,ro,nofail 0 0"
+        );
+    }
+
+    #[test]
+    fn guest_scripts_parse_and_quote_the_directory() {
+        for script in [
+            guest_mount_script(&shared("/mnt/o'k", true)),
+            guest_umount_script(&shared("/mnt/o'k", false)),
+        ] {
+            let out = sh(&format!("sh -n -c {}", sh_quote(&script)));
+            assert!(
+                out.status.success(),
+                "{script}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(script.contains(r"dir='/mnt/o'\''k'"), "{script}");
+        }
+        assert!(guest_mount_script(&shared("/mnt/a", true)).contains("mount -t virtiofs -o ro \"$tag\" \"$dir\""));
+    }
+
+    #[test]
+    fn fstab_drop_keeps_every_other_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let fstab = dir.path().join("fstab");
+        std::fs::write(
+            &fstab,
+            "UUID=1 / ext4 defaults 0 1\nmount2\t/mnt/a\tvirtiofs\tdefaults,nofail,comment=cloudconfig\t0\t0\nmount20 /mnt/b virtiofs defaults 0 0\n",
+        )
+        .unwrap();
+        let script = FSTAB_DROP.replace("/etc/fstab", &fstab.display().to_string());
+
+        let out = sh(&format!("tag=mount2; {script}"));
+
+        assert!(out.status.success());
+        assert_eq!(
+            std::fs::read_to_string(&fstab).unwrap(),
+            "UUID=1 / ext4 defaults 0 1\nmount20 /mnt/b virtiofs defaults 0 0\n"
+        );
     }
 }

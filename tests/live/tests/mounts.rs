@@ -4,8 +4,10 @@
 //! the read-write folder is seen on the host; a write to the read-only folder fails inside the
 //! guest even after the guest remounts it read-write (the device refuses, not the guest); one
 //! virtiofsd runs per folder (`--readonly` on the read-only one) and none is left after `vm stop`
-//! or `vm rm`. Before the boot, hostile mounts are refused with nothing made, and `vm mount` on
-//! the running VM is refused by name.
+//! or `vm rm`. Before the boot, hostile mounts are refused with nothing made. On the running VM,
+//! `vm mount` hot-plugs a third folder (mounted in the guest, a guest write seen on the host)
+//! and `vm umount` takes away one given at creation; a restart brings back the hot-plugged one
+//! and not the other.
 //!
 //! Every command is bounded; the VM is removed by `nubo vm rm --force` and any QEMU or
 //! virtiofsd left under the test's root is killed by PID on every path. `--restrict-network`.
@@ -170,16 +172,96 @@ fn mounts() -> TestResult {
         ));
     }
 
-    // Hot-plug is refused by name with the alternative.
+    // Hot-plug (`vm mount`): a third folder joins the running VM, mounted in the guest by
+    // nubo over SSH, with its fstab line; a guest directory in use is refused.
+    let more = root.root().join("share-more");
+    fs::create_dir_all(&more).map_err(|e| format!("creating {}: {e}", more.display()))?;
+    fs::write(more.join("more.txt"), "hot\n").map_err(|e| format!("writing more.txt: {e}"))?;
     nubo(
         &root,
-        &["vm", "mount", VM, &format!("{}:/mnt/more", rw.display())],
+        &["vm", "mount", VM, &format!("{}:/mnt/ro", more.display())],
         QUICK,
     )?
-    .refused(&["unsupported", "--mount"])?;
-    nubo(&root, &["vm", "umount", VM, "/mnt/rw"], QUICK)?.refused(&["unsupported"])?;
+    .refused(&["already has a shared folder at /mnt/ro"])?;
+    let t = Instant::now();
+    nubo(
+        &root,
+        &["vm", "mount", VM, &format!("{}:/mnt/more", more.display())],
+        QUICK,
+    )?
+    .require()?;
+    println!("timing vm mount (hot-plug): {:.1}s", t.elapsed().as_secs_f64());
+    let seen = guest(
+        &root,
+        VM,
+        "findmnt -n -o FSTYPE /mnt/more; cat /mnt/more/more.txt; echo back | sudo tee /mnt/more/back.txt >/dev/null && sync",
+    )?;
+    if seen.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "hot"] {
+        return Err(format!(
+            "the hot-plugged /mnt/more is not the host folder over virtiofs: {seen:?}"
+        ));
+    }
+    let back = fs::read_to_string(more.join("back.txt"))
+        .map_err(|e| format!("the guest's write to /mnt/more is not on the host: {e}"))?;
+    if back.trim() != "back" {
+        return Err(format!("the host reads {back:?} from the guest's write to /mnt/more"));
+    }
+    if virtiofsds(&run_dir)
+        .iter()
+        .filter(|(_, c)| c.contains(&more.display().to_string()))
+        .count()
+        == 0
+    {
+        return Err(format!(
+            "no virtiofsd serves {}: {:?}",
+            more.display(),
+            virtiofsds(&run_dir)
+        ));
+    }
 
-    // Stop ends the file servers with QEMU; start brings them back; rm leaves nothing.
+    // `vm umount` of a folder given at creation: unmounted in the guest, out of its fstab, its
+    // virtiofsd gone; the others stay.
+    nubo(&root, &["vm", "umount", VM, "/mnt/rw"], QUICK)?.require()?;
+    let after = guest(
+        &root,
+        VM,
+        "findmnt -n /mnt/rw >/dev/null && echo MOUNTED || echo GONE; grep -c ' /mnt/rw ' /etc/fstab || true",
+    )?;
+    if after.split_whitespace().collect::<Vec<_>>() != ["GONE", "0"] {
+        return Err(format!(
+            "/mnt/rw is still mounted or in the guest's fstab after vm umount: {after:?}"
+        ));
+    }
+    let servers = virtiofsds(&run_dir);
+    let rw_arg = format!("{} ", rw.display());
+    if servers.iter().any(|(_, c)| format!("{c} ").contains(&rw_arg)) || servers.len() < 2 {
+        return Err(format!("after vm umount /mnt/rw, the virtiofsds are {servers:?}"));
+    }
+    nubo(&root, &["vm", "umount", VM, "/mnt/rw"], QUICK)?.refused(&["has no shared folder at /mnt/rw"])?;
+
+    // Across a restart the record brings the hot-plugged folder back and the guest's fstab
+    // mounts it; the unmounted one stays away.
+    let t = Instant::now();
+    nubo(&root, &["vm", "stop", VM], QUICK)?.require()?;
+    nubo(
+        &root,
+        &["vm", "mount", VM, &format!("{}:/mnt/x", more.display())],
+        QUICK,
+    )?
+    .refused(&["start it first"])?;
+    nubo(&root, &["vm", "start", VM], QUICK)?.require()?;
+    nubo(&root, &["vm", "wait", VM, "--timeout", "900s"], BOOT + QUICK)?.require()?;
+    println!("timing restart after hot-plug: {:.1}s", t.elapsed().as_secs_f64());
+    let mounted = guest(
+        &root,
+        VM,
+        "findmnt -n -o FSTYPE /mnt/more; findmnt -n -o FSTYPE /mnt/ro; findmnt -n /mnt/rw >/dev/null && echo RW || echo NORW; cat /mnt/more/more.txt",
+    )?;
+    if mounted.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "virtiofs", "NORW", "hot"] {
+        return Err(format!("after the restart the guest's folders are {mounted:?}"));
+    }
+
+    // Stop ends the file servers with QEMU; rm leaves nothing.
     nubo(&root, &["vm", "stop", VM], QUICK)?.require()?;
     no_qemu(&root, "after vm stop")?;
     no_virtiofsd(&run_dir, "after vm stop")?;

@@ -33,10 +33,12 @@ use crate::process::{self, Vmm};
 use crate::spec::{Boot, Firmware, MachineSpec, NetworkMode};
 use crate::{
     Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog, ConsoleStream,
-    HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    HostCheck, Launch, Probe, Reach, Restored, SharedDir, SnapshotTaken, StopMode, VmRef,
 };
 
 pub const BINARY: &str = "qemu-system-x86_64";
+/// How long a guest may take to acknowledge the unplug of a shared folder's device.
+const UNPLUG_WAIT: Duration = Duration::from_secs(20);
 /// Snapshots of a stopped VM's overlay.
 pub const QEMU_IMG: &str = "qemu-img";
 /// How long a QMP exchange may take before the VMM counts as unresponsive.
@@ -409,6 +411,100 @@ impl Backend for QemuBackend {
         Ok(mounts::transport(&self.host))
     }
 
+    /// Hot-plug where QEMU can: a virtio-fs folder on a pc machine (q35's root bus and microvm
+    /// take no hot-plugged device; 9p's `-fsdev` has no QMP equivalent).
+    fn check_hot_plug(&self, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        let verb = |why: &str| {
+            format!(
+                "adding or removing shared folder {} on running VM `{}` ({why})",
+                dir.guest.display(),
+                machine.name
+            )
+        };
+        let o = options::parse(machine.machine, &machine.options)?;
+        if o.machine != Machine::Pc || machine.machine != crate::MachineKind::Default {
+            return Err(BackendError::unsupported(
+                "qemu",
+                verb("its machine takes no hot-plugged device: only pc does"),
+                format!(
+                    "`nubo vm rm {0}` and `nubo vm create {0} --mount ...` with the folders wanted",
+                    machine.name
+                ),
+            ));
+        }
+        if dir.transport != crate::MountTransport::Virtiofs {
+            return Err(BackendError::unsupported(
+                "qemu",
+                verb("a 9p folder cannot be plugged into or out of a running QEMU"),
+                format!(
+                    "virtio-fs (install virtiofsd: scripts/install-deps.sh), or `nubo vm rm {0}` and `nubo vm create {0} --mount ...` with the folders wanted",
+                    machine.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Hot-plug over QMP: the folder's virtiofsd, then a vhost-user chardev and a
+    /// `vhost-user-fs-pci` device on the pc machine's root bus (ACPI PCI hot-plug), on memory
+    /// shared from boot (`mem0`, there when the VM booted with a virtio-fs folder). A device
+    /// of this slot left by an interrupted earlier attempt is unplugged first; a failure on
+    /// the way undoes what was done.
+    fn mount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)?;
+        let st = QemuState::of(vm)?;
+        let memdevs = self.qmp_execute(vm, &st, "query-memdev", None)?;
+        let shared = memdevs
+            .as_array()
+            .is_some_and(|a| a.iter().any(|m| m["id"] == "mem0" && m["share"] == true));
+        if !shared {
+            return Err(BackendError::unsupported(
+                "qemu",
+                format!(
+                    "adding shared folder {} to running VM `{}` (its memory is not shared with a file server: only a VM booted with a virtio-fs folder has that)",
+                    dir.host.display(),
+                    vm.name
+                ),
+                format!(
+                    "`nubo vm rm {0}` and `nubo vm create {0} --mount {1}:{2}` (a VM created with at least one --mount takes more with `vm mount`)",
+                    vm.name,
+                    dir.host.display(),
+                    dir.guest.display()
+                ),
+            ));
+        }
+        let index = dir.slot(machine.mounts.len());
+        self.unplug(vm, &st, index, dir)?;
+        mounts::start_hot(vm.name, &st.run_dir, index, dir, &self.host)?;
+        let [(chardev, chardev_args), (device, device_args)] = mounts::plug_commands(&st.run_dir, index, dir);
+        let plugged = self.qmp_execute(vm, &st, chardev, Some(chardev_args)).and_then(|_| {
+            self.qmp_execute(vm, &st, device, Some(device_args)).inspect_err(|_| {
+                let _ = self.qmp_execute(
+                    vm,
+                    &st,
+                    "chardev-remove",
+                    Some(serde_json::json!({"id": format!("fs{index}")})),
+                );
+            })
+        });
+        if let Err(e) = plugged {
+            let _ = mounts::stop_indices(vm.name, &st.run_dir, [index]);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn unmount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)?;
+        let st = QemuState::of(vm)?;
+        let position = machine
+            .mounts
+            .iter()
+            .position(|m| m == dir)
+            .unwrap_or(machine.mounts.len());
+        self.unplug(vm, &st, dir.slot(position), dir)
+    }
+
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
         let mut st = QemuState::layout(spec);
         if let Boot::Firmware {
@@ -675,6 +771,74 @@ impl Backend for QemuBackend {
             what: format!("freezing the disk layer of VM `{}` into {}", vm.name, new_top.display()),
             detail: e.to_string(),
         })
+    }
+}
+
+impl QemuBackend {
+    /// One QMP command on a fresh connection; its error names the VM.
+    fn qmp_execute(
+        &self,
+        vm: &VmRef,
+        st: &QemuState,
+        command: &str,
+        arguments: Option<serde_json::Value>,
+    ) -> Result<serde_json::Value, BackendError> {
+        self.qmp(vm.name, st)?
+            .execute(command, arguments)
+            .map_err(|e| BackendError::Remote {
+                what: format!("VM `{}`", vm.name),
+                detail: e.to_string(),
+            })
+    }
+
+    /// Unplugs the shared folder in slot `index` from running VM `vm`: `device_del`, which the
+    /// guest acknowledges (ACPI eject) once nothing uses the device, then the chardev and the
+    /// virtiofsd. What is already gone is skipped, so it converges after an interruption.
+    fn unplug(&self, vm: &VmRef, st: &QemuState, index: usize, dir: &SharedDir) -> Result<(), BackendError> {
+        let id = mounts::device_id(index);
+        let present = || -> Result<bool, BackendError> {
+            let devs = self.qmp_execute(
+                vm,
+                st,
+                "qom-list",
+                Some(serde_json::json!({"path": "/machine/peripheral"})),
+            )?;
+            Ok(devs
+                .as_array()
+                .is_some_and(|a| a.iter().any(|d| d["name"] == id.as_str())))
+        };
+        if present()? {
+            self.qmp_execute(vm, st, "device_del", Some(serde_json::json!({"id": id})))?;
+            let deadline = std::time::Instant::now() + UNPLUG_WAIT;
+            while present()? {
+                if std::time::Instant::now() >= deadline {
+                    return Err(BackendError::Remote {
+                        what: format!("VM `{}`", vm.name),
+                        detail: format!(
+                            "the guest did not release shared folder {} ({id}) within {} s: unmount it inside the guest, then run `nubo vm umount` again",
+                            dir.guest.display(),
+                            UNPLUG_WAIT.as_secs()
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        let removed = self
+            .qmp(vm.name, st)?
+            .execute("chardev-remove", Some(serde_json::json!({"id": format!("fs{index}")})));
+        match removed {
+            Ok(_) => {}
+            // Gone already: an earlier unplug got this far.
+            Err(qmp::QmpError::Command { desc, .. }) if desc.contains("not found") => {}
+            Err(e) => {
+                return Err(BackendError::Remote {
+                    what: format!("VM `{}`", vm.name),
+                    detail: e.to_string(),
+                })
+            }
+        }
+        mounts::stop_indices(vm.name, &st.run_dir, [index])
     }
 }
 

@@ -47,6 +47,47 @@ pub fn socket(run_dir: &Path, index: usize) -> PathBuf {
     run_dir.join(format!("fs{index}.sock"))
 }
 
+/// The QEMU device id of the folder in slot `index` (its chardev is `fs<index>`).
+pub fn device_id(index: usize) -> String {
+    format!("fsdev{index}")
+}
+
+/// Hot-plug of folder `m` into a running QEMU, slot `index`: its virtiofsd is started, then the
+/// QMP commands in [`plug_commands`] connect QEMU to it. Only virtio-fs plugs: 9p's `-fsdev`
+/// has no QMP equivalent.
+pub fn start_hot(name: &str, run_dir: &Path, index: usize, m: &SharedDir, host: &HostEnv) -> Result<(), BackendError> {
+    let binary = find_virtiofsd(host).ok_or_else(|| virtiofsd_missing("qemu"))?;
+    check_socket_path(&socket(run_dir, index))?;
+    stop_indices(name, run_dir, [index])?;
+    start_one(name, run_dir, index, m, &binary)
+}
+
+/// The QMP commands (pure) that add the folder in slot `index` to a running pc machine: the
+/// vhost-user chardev on its virtiofsd's socket, then the PCI device (ACPI hot-plug).
+pub fn plug_commands(run_dir: &Path, index: usize, m: &SharedDir) -> [(&'static str, serde_json::Value); 2] {
+    [
+        (
+            "chardev-add",
+            serde_json::json!({
+                "id": format!("fs{index}"),
+                "backend": {"type": "socket", "data": {
+                    "addr": {"type": "unix", "data": {"path": socket(run_dir, index)}},
+                    "server": false,
+                }},
+            }),
+        ),
+        (
+            "device_add",
+            serde_json::json!({
+                "driver": "vhost-user-fs-pci",
+                "id": device_id(index),
+                "chardev": format!("fs{index}"),
+                "tag": m.tag,
+            }),
+        ),
+    ]
+}
+
 fn pid_file(run_dir: &Path, index: usize) -> PathBuf {
     run_dir.join(format!("fs{index}.pid"))
 }
@@ -77,7 +118,8 @@ pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
         a.push("-machine".into());
         a.push("memory-backend=mem0".into());
     }
-    for (i, m) in spec.mounts.iter().enumerate() {
+    for (pos, m) in spec.mounts.iter().enumerate() {
+        let i = m.slot(pos);
         match m.transport {
             MountTransport::Virtiofs => {
                 a.push("-chardev".into());
@@ -88,7 +130,7 @@ pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
                 } else {
                     "vhost-user-fs-pci"
                 };
-                a.push(format!("{dev},chardev=fs{i},tag={}", m.tag));
+                a.push(format!("{dev},id={},chardev=fs{i},tag={}", device_id(i), m.tag));
             }
             MountTransport::NineP => {
                 a.push("-fsdev".into());
@@ -129,9 +171,9 @@ pub fn virtiofsd_argv(binary: &Path, m: &SharedDir, socket: &Path, root: bool) -
 /// Before anything exists: socket paths fit, and virtiofsd is there when a folder needs it.
 /// `backend` names who asks, in the error.
 pub fn check(spec: &MachineSpec, host: &HostEnv, backend: &'static str) -> Result<(), BackendError> {
-    for (i, m) in spec.mounts.iter().enumerate() {
+    for (pos, m) in spec.mounts.iter().enumerate() {
         if m.transport == MountTransport::Virtiofs {
-            check_socket_path(&socket(&spec.run_dir, i))?;
+            check_socket_path(&socket(&spec.run_dir, m.slot(pos)))?;
             if find_virtiofsd(host).is_none() {
                 return Err(virtiofsd_missing(backend));
             }
@@ -228,70 +270,89 @@ fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv, backend: &'stat
         .iter()
         .enumerate()
         .filter(|(_, m)| m.transport == MountTransport::Virtiofs)
+        .map(|(pos, m)| (m.slot(pos), m))
         .collect();
     if wanted.is_empty() {
         return Ok(());
     }
     let binary = find_virtiofsd(host).ok_or_else(|| virtiofsd_missing(backend))?;
-    let root = nix::unistd::geteuid().is_root();
     for (i, m) in wanted {
-        let sock = socket(run_dir, i);
-        let _ = fs::remove_file(&sock);
-        if !m.host.is_dir() {
-            return Err(BackendError::InvalidSpec(format!(
-                "shared folder {} of VM `{}` is no longer a directory: recreate it, or remove the VM and create it without that --mount",
-                m.host.display(),
-                spec.name
-            )));
-        }
-        let log = log_file(run_dir, i);
-        let log_out = fs::File::create(&log).map_err(BackendError::io(format!("creating {}", log.display())))?;
-        let argv = virtiofsd_argv(&binary, m, &sock, root);
-        let mut child = Command::new(&argv[0])
-            .args(&argv[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_out)
-            // Its own process group: a Ctrl-C to `nubo vm create --wait` does not end the VM's
-            // file server.
-            .process_group(0)
-            .spawn()
-            .map_err(BackendError::io(format!("starting {}", binary.display())))?;
-        let pid = child.id();
-        let pf = pid_file(run_dir, i);
-        fs::write(&pf, format!("{pid}\n")).map_err(BackendError::io(format!("writing {}", pf.display())))?;
-        let t0 = Instant::now();
-        while !sock.exists() {
-            // Its own exit status, not /proc: right after the spawn its command line can still
-            // read empty (mid-exec, see crate::process).
-            let dead = child.try_wait().ok().flatten().is_some();
-            if dead || t0.elapsed() > SOCKET_WAIT {
-                let said = fs::read_to_string(&log).unwrap_or_default();
-                return Err(BackendError::Remote {
-                    what: format!("virtiofsd for shared folder {} of VM `{}`", m.host.display(), spec.name),
-                    detail: if dead {
-                        format!("exited at start: {}", nubo_core::file::escape_control(said.trim()))
-                    } else {
-                        format!(
-                            "made no socket in {} s; its log is {}",
-                            SOCKET_WAIT.as_secs(),
-                            log.display()
-                        )
-                    },
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Not reaped here: nubo exits long before the VM stops, and init reaps it then.
-        drop(child);
+        start_one(&spec.name, run_dir, i, m, &binary)?;
     }
+    Ok(())
+}
+
+/// Starts the virtiofsd of folder `m` in slot `i` and waits for its socket. On failure it is
+/// not left running.
+fn start_one(name: &str, run_dir: &Path, i: usize, m: &SharedDir, binary: &Path) -> Result<(), BackendError> {
+    let root = nix::unistd::geteuid().is_root();
+    let sock = socket(run_dir, i);
+    let _ = fs::remove_file(&sock);
+    if !m.host.is_dir() {
+        return Err(BackendError::InvalidSpec(format!(
+            "shared folder {} of VM `{name}` is no longer a directory: recreate it, or remove the VM and create it without that --mount",
+            m.host.display(),
+        )));
+    }
+    let log = log_file(run_dir, i);
+    let log_out = fs::File::create(&log).map_err(BackendError::io(format!("creating {}", log.display())))?;
+    let argv = virtiofsd_argv(binary, m, &sock, root);
+    let mut child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_out)
+        // Its own process group: a Ctrl-C to `nubo vm create --wait` does not end the VM's
+        // file server.
+        .process_group(0)
+        .spawn()
+        .map_err(BackendError::io(format!("starting {}", binary.display())))?;
+    let pid = child.id();
+    let pf = pid_file(run_dir, i);
+    if let Err(e) = fs::write(&pf, format!("{pid}\n")) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(BackendError::io(format!("writing {}", pf.display()))(e));
+    }
+    let t0 = Instant::now();
+    while !sock.exists() {
+        // Its own exit status, not /proc: right after the spawn its command line can still
+        // read empty (mid-exec, see crate::process).
+        let dead = child.try_wait().ok().flatten().is_some();
+        if dead || t0.elapsed() > SOCKET_WAIT {
+            if !dead {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let said = fs::read_to_string(&log).unwrap_or_default();
+            return Err(BackendError::Remote {
+                what: format!("virtiofsd for shared folder {} of VM `{name}`", m.host.display()),
+                detail: if dead {
+                    format!("exited at start: {}", nubo_core::file::escape_control(said.trim()))
+                } else {
+                    format!(
+                        "made no socket in {} s; its log is {}",
+                        SOCKET_WAIT.as_secs(),
+                        log.display()
+                    )
+                },
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Not reaped here: nubo exits long before the VM stops, and init reaps it then.
+    drop(child);
     Ok(())
 }
 
 /// Kills every virtiofsd of the VM's folders still running (normally each has exited with
 /// QEMU) and removes their sockets and pid files. Succeeds when none is left.
 pub fn stop(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
-    stop_indices(&spec.name, run_dir, 0..spec.mounts.len())
+    stop_indices(
+        &spec.name,
+        run_dir,
+        spec.mounts.iter().enumerate().map(|(pos, m)| m.slot(pos)),
+    )
 }
 
 /// As [`stop`] for a VM whose machine is not at hand (destroy of an unreadable record): every
@@ -310,7 +371,7 @@ pub fn stop_found(name: &str, run_dir: &Path) -> Result<(), BackendError> {
     stop_indices(name, run_dir, indices)
 }
 
-fn stop_indices(name: &str, run_dir: &Path, indices: impl IntoIterator<Item = usize>) -> Result<(), BackendError> {
+pub fn stop_indices(name: &str, run_dir: &Path, indices: impl IntoIterator<Item = usize>) -> Result<(), BackendError> {
     for i in indices {
         let sock = socket(run_dir, i).display().to_string();
         let pf = pid_file(run_dir, i);
@@ -369,6 +430,87 @@ mod tests {
     }
 
     #[test]
+    fn slot_is_the_tag_number_else_the_position() {
+        let mut d = dir(3, "/srv/a", false, MountTransport::Virtiofs);
+        assert_eq!(d.slot(0), 3);
+        d.tag = "other".into();
+        assert_eq!(d.slot(5), 5);
+    }
+
+    #[test]
+    fn free_mount_tag_fills_the_lowest_gap() {
+        let v = MountTransport::Virtiofs;
+        assert_eq!(crate::spec::free_mount_tag(&[]), "mount0");
+        assert_eq!(
+            crate::spec::free_mount_tag(&[dir(1, "/a", false, v), dir(2, "/b", false, v)]),
+            "mount0"
+        );
+        assert_eq!(
+            crate::spec::free_mount_tag(&[dir(0, "/a", false, v), dir(2, "/b", false, v)]),
+            "mount1"
+        );
+        assert_eq!(
+            crate::spec::free_mount_tag(&[dir(0, "/a", false, v), dir(1, "/b", false, v)]),
+            "mount2"
+        );
+    }
+
+    #[test]
+    fn argv_after_an_unmount_keeps_each_folders_slot() {
+        // mount0 was taken away: mount1 keeps its socket, chardev and device id.
+        let s = spec(vec![dir(1, "/srv/b", false, MountTransport::Virtiofs)]);
+
+        let a = argv(&s, Path::new("/r"), false).join(" ");
+
+        assert!(
+            a.ends_with(
+                "-chardev socket,id=fs1,path=/r/fs1.sock -device vhost-user-fs-pci,id=fsdev1,chardev=fs1,tag=mount1"
+            ),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn plug_commands_golden() {
+        let d = dir(2, "/srv/b", true, MountTransport::Virtiofs);
+
+        let [(c1, a1), (c2, a2)] = plug_commands(Path::new("/r"), 2, &d);
+
+        assert_eq!(c1, "chardev-add");
+        assert_eq!(
+            a1.to_string(),
+            r#"{"backend":{"data":{"addr":{"data":{"path":"/r/fs2.sock"},"type":"unix"},"server":false},"type":"socket"},"id":"fs2"}"#
+        );
+        assert_eq!(c2, "device_add");
+        assert_eq!(
+            a2.to_string(),
+            r#"{"chardev":"fs2","driver":"vhost-user-fs-pci","id":"fsdev2","tag":"mount2"}"#
+        );
+    }
+
+    #[test]
+    fn hot_plug_only_virtiofs_on_pc() {
+        use crate::Backend;
+        let b = super::super::QemuBackend::default();
+        let v = dir(0, "/srv/a", false, MountTransport::Virtiofs);
+        let mut s = spec(vec![]);
+        assert!(b.check_hot_plug(&s, &v).is_ok());
+
+        let nine = dir(0, "/srv/a", false, MountTransport::NineP);
+        let e = b.check_hot_plug(&s, &nine).unwrap_err().to_string();
+        assert!(e.contains("9p") && e.contains("unsupported"), "{e}");
+
+        s.options.insert("machine".into(), "q35".into());
+        let e = b.check_hot_plug(&s, &v).unwrap_err().to_string();
+        assert!(e.contains("only pc"), "{e}");
+
+        s.options.clear();
+        s.machine = MachineKind::Microvm;
+        let e = b.check_hot_plug(&s, &v).unwrap_err().to_string();
+        assert!(e.contains("only pc"), "{e}");
+    }
+
+    #[test]
     fn argv_no_mounts_is_empty() {
         let a = argv(&spec(vec![]), Path::new("/run/nubo/vms/web"), false);
 
@@ -387,7 +529,7 @@ mod tests {
         assert_eq!(
             a,
             "-object memory-backend-memfd,id=mem0,size=1024M,share=on -machine memory-backend=mem0 \
-             -chardev socket,id=fs0,path=/run/nubo/vms/web/fs0.sock -device vhost-user-fs-pci,chardev=fs0,tag=mount0 \
+             -chardev socket,id=fs0,path=/run/nubo/vms/web/fs0.sock -device vhost-user-fs-pci,id=fsdev0,chardev=fs0,tag=mount0 \
              -fsdev local,id=fs1,path=/srv/a,,b=c,security_model=none,readonly=on -device virtio-9p-pci,fsdev=fs1,mount_tag=mount1"
         );
     }
