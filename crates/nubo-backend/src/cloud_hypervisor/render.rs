@@ -105,7 +105,8 @@ pub fn vm_config(spec: &MachineSpec, st: &ChState, firmware: Option<&Path>) -> R
             .mounts
             .iter()
             .enumerate()
-            .map(|(i, m)| {
+            .map(|(pos, m)| {
+                let i = m.slot(pos);
                 json!({
                     "id": format!("fs{i}"),
                     "tag": m.tag,
