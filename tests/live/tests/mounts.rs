@@ -218,6 +218,24 @@ fn mounts() -> TestResult {
             virtiofsds(&run_dir)
         ));
     }
+    // A read-only one, plugged the same way: the device refuses the guest's write.
+    nubo(
+        &root,
+        &["vm", "mount", VM, &format!("{}:/mnt/more-ro:ro", ro.display())],
+        QUICK,
+    )?
+    .require()?;
+    let ro_hot = guest(
+        &root,
+        VM,
+        &format!(
+            "cat /mnt/more-ro/hello.txt; {}",
+            write_ro.replace("/mnt/ro/", "/mnt/more-ro/")
+        ),
+    )?;
+    if !ro_hot.starts_with("from-host") || !ro_hot.ends_with("REFUSED") || ro.join("nope.txt").exists() {
+        return Err(format!("the hot-plugged read-only /mnt/more-ro: {ro_hot:?}"));
+    }
 
     // `vm umount` of a folder given at creation: unmounted in the guest, out of its fstab, its
     // virtiofsd gone; the others stay.
@@ -255,9 +273,9 @@ fn mounts() -> TestResult {
     let mounted = guest(
         &root,
         VM,
-        "findmnt -n -o FSTYPE /mnt/more; findmnt -n -o FSTYPE /mnt/ro; findmnt -n /mnt/rw >/dev/null && echo RW || echo NORW; cat /mnt/more/more.txt",
+        "findmnt -n -o FSTYPE /mnt/more; findmnt -n -o FSTYPE /mnt/ro; findmnt -n /mnt/rw >/dev/null && echo RW || echo NORW; cat /mnt/more/more.txt; findmnt -n -o FSTYPE /mnt/more-ro",
     )?;
-    if mounted.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "virtiofs", "NORW", "hot"] {
+    if mounted.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "virtiofs", "NORW", "hot", "virtiofs"] {
         return Err(format!("after the restart the guest's folders are {mounted:?}"));
     }
 
