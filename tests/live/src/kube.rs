@@ -154,6 +154,10 @@ impl ApiServer {
                 .map(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')))
                 .unwrap_or(true)
         };
+        let port = argv
+            .iter()
+            .find_map(|a| a.to_str()?.strip_prefix("--secure-port=")?.parse::<u16>().ok())
+            .ok_or_else(|| format!("kube-apiserver's command line has no --secure-port: {argv:?}"))?;
         kill(Pid::from_raw(pid), Signal::SIGKILL).map_err(|e| format!("killing kube-apiserver (pid {pid}): {e}"))?;
         let deadline = Instant::now() + Duration::from_secs(20);
         while !gone() {
@@ -162,27 +166,20 @@ impl ApiServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let port = argv
-            .iter()
-            .find_map(|a| a.to_str()?.strip_prefix("--secure-port=")?.parse::<u16>().ok())
-            .ok_or_else(|| format!("kube-apiserver's command line has no --secure-port: {argv:?}"))?;
         // The port is one the script chose from the ephemeral range, so while the apiserver is
         // down any outgoing connection on this machine may be given it as its own port (among
-        // them a client's retry to this very port, which then connects to itself). The new
-        // apiserver then fails at once with "address already in use": wait for the port to be
-        // free, and start again while its bind is refused, for up to 60 s in all.
+        // them a client's retry to this very port, which then connects to itself, and leaves
+        // the port in TIME_WAIT for a minute). The new apiserver then fails at once with
+        // "address already in use". So the port is held, as soon as the old apiserver is gone,
+        // by a socket bound with SO_REUSEADDR and not listening: the kernel gives no outgoing
+        // connection a port so held, and kube-apiserver (SO_REUSEADDR too) still binds it. It
+        // is let go once the new apiserver is ready. Starting again on a refused bind stays,
+        // for a port taken before the hold.
         let log_path = self.dir().join("apiserver.log");
         let bind_deadline = Instant::now() + Duration::from_secs(60);
+        let _hold = hold_port(port, bind_deadline)?;
         let mut starts = 0;
         let mut child = loop {
-            while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
-                if Instant::now() >= bind_deadline {
-                    return Err(format!(
-                        "127.0.0.1:{port} still taken 60 s after kube-apiserver was killed"
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
             let log_len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
             let log = std::fs::OpenOptions::new()
                 .append(true)
@@ -245,6 +242,27 @@ impl ApiServer {
             let _ = child.wait();
         });
         ready
+    }
+}
+
+/// Binds 127.0.0.1:`port` with SO_REUSEADDR, without listening, retrying until `deadline`
+/// while another socket has it. See [`ApiServer::restart_apiserver`].
+fn hold_port(port: u16, deadline: std::time::Instant) -> Result<std::os::fd::OwnedFd, String> {
+    use nix::sys::socket::{bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn};
+    use std::os::fd::AsRawFd;
+    loop {
+        let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)
+            .map_err(|e| format!("socket: {e}"))?;
+        setsockopt(&fd, sockopt::ReuseAddr, &true).map_err(|e| format!("SO_REUSEADDR: {e}"))?;
+        match bind(fd.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, port)) {
+            Ok(()) => return Ok(fd),
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "127.0.0.1:{port} still taken 60 s after kube-apiserver was killed: {e}"
+                ))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 //!   them; cloud-init has mounted both over virtio-fs when it reports done; a host file reads in
 //!   the guest, a guest write lands on the host, and a write to the read-only folder fails even
 //!   after the guest remounts it read-write (the device refuses, not the guest); no virtiofsd
-//!   is left after `vm rm`;
+//!   is left after `vm rm`; `vm mount` and `vm umount` are refused by name and change nothing;
 //! - `--publish` on `--restrict-network`: the forward reaches python3's HTTP server in the guest
 //!   (started by the user-data's runcmd), from inside libvirtd's network namespace where QEMU
 //!   listens; `vm ls` and `vm inspect` show it;
@@ -163,6 +163,15 @@ impl DayOne {
             return Err(format!(
                 "a write to the read-only folder was not refused: {first:?}, after remount: {remounted:?}"
             ));
+        }
+        // libvirt hot-plugs no folder through nubo: refused by name before anything changes,
+        // and the guest keeps its folders.
+        let more = format!("{}:/mnt/more", self.rw.display());
+        nubo(root, &["vm", "mount", name, &more], QUICK)?.refused(&["unsupported by the libvirt backend", "qemu"])?;
+        nubo(root, &["vm", "umount", name, "/mnt/rw"], QUICK)?.refused(&["unsupported by the libvirt backend"])?;
+        let still = guest(root, name, "findmnt -n -o FSTYPE /mnt/rw")?;
+        if still != "virtiofs" {
+            return Err(format!("after a refused vm umount, /mnt/rw in the guest is {still:?}"));
         }
         Ok(())
     }
