@@ -286,12 +286,20 @@ fn fstab_line(d: &SharedDir) -> String {
 /// nubo's own), leaving every other line as it was.
 const FSTAB_DROP: &str = "awk -v t=\"$tag\" '$1 != t' /etc/fstab > /etc/fstab.nubo && cat /etc/fstab.nubo > /etc/fstab && rm -f /etc/fstab.nubo";
 
-/// The guest side of `vm mount` (pure): the directory made, the folder mounted by its tag
-/// (unless already), and its fstab line in place of any earlier one for that tag.
+/// The top filesystem mounted at `$dir` in the guest, or nothing (shell).
+const TOP_MOUNT: &str = "top=$(findmnt -n -o SOURCE --mountpoint \"$dir\" | tail -n 1)";
+
+/// The guest side of `vm mount` (pure): refused when another filesystem is mounted at the
+/// directory; a mount of this tag that an interrupted `vm mount` left (on a device since
+/// unplugged) is taken down; then the directory made, the folder mounted by its tag, and its
+/// fstab line in place of any earlier one for that tag.
 pub(crate) fn guest_mount_script(d: &SharedDir) -> String {
     let ro = if d.read_only { "-o ro " } else { "" };
     format!(
-        "set -e; tag={tag}; dir={dir}; mkdir -p \"$dir\"; mountpoint -q \"$dir\" || mount -t {fs} {ro}\"$tag\" \"$dir\"; {FSTAB_DROP}; echo {line} >> /etc/fstab",
+        "set -e; tag={tag}; dir={dir}; {TOP_MOUNT}; \
+         if [ -n \"$top\" ] && [ \"$top\" != \"$tag\" ]; then echo \"$dir is already a mount point in the guest ($top): give another guest directory\" >&2; exit 3; fi; \
+         if [ -n \"$top\" ]; then umount -l \"$dir\"; fi; \
+         mkdir -p \"$dir\"; mount -t {fs} {ro}\"$tag\" \"$dir\"; {FSTAB_DROP}; echo {line} >> /etc/fstab",
         tag = sh_quote(&d.tag),
         dir = sh_quote(&d.guest.to_string_lossy()),
         fs = d.transport.fs_type(),
@@ -299,10 +307,14 @@ pub(crate) fn guest_mount_script(d: &SharedDir) -> String {
     )
 }
 
-/// The guest side of `vm umount` (pure): unmounted if mounted, its fstab lines dropped.
+/// The guest side of `vm umount` (pure): unmounted if it is the top mount there (refused when
+/// the guest mounted something else over it), its fstab lines dropped.
 pub(crate) fn guest_umount_script(d: &SharedDir) -> String {
     format!(
-        "set -e; tag={tag}; dir={dir}; if mountpoint -q \"$dir\"; then umount \"$dir\"; fi; {FSTAB_DROP}",
+        "set -e; tag={tag}; dir={dir}; {TOP_MOUNT}; \
+         if [ \"$top\" = \"$tag\" ]; then umount \"$dir\"; \
+         elif [ -n \"$top\" ]; then echo \"another filesystem ($top) is mounted over $dir in the guest: unmount it there first\" >&2; exit 3; fi; \
+         {FSTAB_DROP}",
         tag = sh_quote(&d.tag),
         dir = sh_quote(&d.guest.to_string_lossy()),
     )
@@ -363,6 +375,7 @@ mod tests {
             assert!(script.contains(r"dir='/mnt/o'\''k'"), "{script}");
         }
         assert!(guest_mount_script(&shared("/mnt/a", true)).contains("mount -t virtiofs -o ro \"$tag\" \"$dir\""));
+        assert!(!guest_mount_script(&shared("/mnt/a", false)).contains("-o ro"));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::fs;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nubo_live::cli::{guest, no_qemu, no_virtiofsd, nubo, virtiofsds, vms_empty, Cleanup, KillVirtiofsd};
+use nubo_live::cli::{guest, inspect, no_qemu, no_virtiofsd, nubo, virtiofsds, vms_empty, Cleanup, KillVirtiofsd};
 use nubo_live::{LiveTest, TestResult, TestRoot};
 
 /// One boot to cloud-init under TCG on a loaded 2-core machine: 480 s did not suffice at a load
@@ -183,6 +183,35 @@ fn mounts() -> TestResult {
         QUICK,
     )?
     .refused(&["already has a shared folder at /mnt/ro"])?;
+    // A guest directory the guest itself mounted something at: refused in the guest, after the
+    // device was plugged, so this proves the undo: no virtiofsd, no device, nothing recorded.
+    guest(
+        &root,
+        VM,
+        "sudo mkdir -p /mnt/busy && sudo mount -t tmpfs busy /mnt/busy",
+    )?;
+    nubo(
+        &root,
+        &["vm", "mount", VM, &format!("{}:/mnt/busy", more.display())],
+        QUICK,
+    )?
+    .refused(&[
+        "already a mount point in the guest (busy)",
+        "give another guest directory",
+    ])?;
+    let more_arg = more.display().to_string();
+    if virtiofsds(&run_dir).iter().any(|(_, c)| c.contains(&more_arg)) {
+        return Err(format!(
+            "a refused vm mount left a virtiofsd: {:?}",
+            virtiofsds(&run_dir)
+        ));
+    }
+    let pci = guest(&root, VM, "grep -l 0x105a /sys/bus/pci/devices/*/device | wc -l")?;
+    if pci != "2" || inspect(&root, VM)?.to_string().contains("/mnt/busy") {
+        return Err(format!(
+            "a refused vm mount left a device ({pci} virtio-fs PCI devices in the guest) or a record"
+        ));
+    }
     let t = Instant::now();
     nubo(
         &root,
