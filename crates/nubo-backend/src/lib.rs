@@ -313,6 +313,9 @@ pub trait ConsoleStream: Read + Write + Send {
     fn shutdown(&self);
 }
 
+/// How long a guest may take to release a shared folder's device on `vm umount` (ACPI eject).
+pub(crate) const UNPLUG_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{verb} is unsupported by the {backend} backend: use {alternative}")]

@@ -75,6 +75,8 @@ struct Api {
     domain_shutdown: unsafe extern "C" fn(Ptr) -> c_int,
     domain_destroy: unsafe extern "C" fn(Ptr) -> c_int,
     domain_suspend: unsafe extern "C" fn(Ptr) -> c_int,
+    domain_attach_device_flags: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> c_int,
+    domain_detach_device_flags: unsafe extern "C" fn(Ptr, *const c_char, c_uint) -> c_int,
     domain_resume: unsafe extern "C" fn(Ptr) -> c_int,
     domain_undefine_flags: unsafe extern "C" fn(Ptr, c_uint) -> c_int,
     domain_get_state: unsafe extern "C" fn(Ptr, *mut c_int, *mut c_int, c_uint) -> c_int,
@@ -191,6 +193,8 @@ fn load() -> Result<Api, String> {
         domain_shutdown: sym!(lib, "virDomainShutdown"),
         domain_destroy: sym!(lib, "virDomainDestroy"),
         domain_suspend: sym!(lib, "virDomainSuspend"),
+        domain_attach_device_flags: sym!(lib, "virDomainAttachDeviceFlags"),
+        domain_detach_device_flags: sym!(lib, "virDomainDetachDeviceFlags"),
         domain_resume: sym!(lib, "virDomainResume"),
         domain_undefine_flags: sym!(lib, "virDomainUndefineFlags"),
         domain_get_state: sym!(lib, "virDomainGetState"),
@@ -354,6 +358,8 @@ pub enum DomainState {
 pub const UNDEFINE_ALL: u32 = 1 | 2 | 4 | 16;
 /// `VIR_DOMAIN_XML_INACTIVE`: the persistent definition, not the running one.
 pub const XML_INACTIVE: u32 = 2;
+/// `VIR_DOMAIN_AFFECT_LIVE`: the running domain.
+const AFFECT_LIVE: c_uint = 1;
 
 pub struct DhcpLease {
     pub mac: String,
@@ -742,6 +748,29 @@ impl Domain {
     pub fn suspend(&self) -> Result<(), VirtError> {
         // SAFETY: live domain.
         check(self.api, unsafe { (self.api.domain_suspend)(self.ptr) }).map(drop)
+    }
+
+    /// Adds the device `xml` describes to the running domain (`virDomainAttachDeviceFlags`,
+    /// `VIR_DOMAIN_AFFECT_LIVE`).
+    pub fn attach_device_live(&self, xml: &str) -> Result<(), VirtError> {
+        let x = cstring(xml)?;
+        // SAFETY: live domain, NUL-terminated XML.
+        check(self.api, unsafe {
+            (self.api.domain_attach_device_flags)(self.ptr, x.as_ptr(), AFFECT_LIVE)
+        })
+        .map(drop)
+    }
+
+    /// Asks the running domain to remove the device `xml` describes
+    /// (`virDomainDetachDeviceFlags`, `VIR_DOMAIN_AFFECT_LIVE`); the removal completes when the
+    /// guest releases the device, possibly after this returns.
+    pub fn detach_device_live(&self, xml: &str) -> Result<(), VirtError> {
+        let x = cstring(xml)?;
+        // SAFETY: live domain, NUL-terminated XML.
+        check(self.api, unsafe {
+            (self.api.domain_detach_device_flags)(self.ptr, x.as_ptr(), AFFECT_LIVE)
+        })
+        .map(drop)
     }
 
     /// Runs a suspended guest again (`virDomainResume`).

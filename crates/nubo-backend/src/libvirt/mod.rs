@@ -33,7 +33,7 @@ use self::render::{DomainParams, Machine, Net, SeedSource};
 use crate::spec::{Boot, Firmware, MachineKind, MachineSpec, NetworkMode, SeedDevice, SeedFormat};
 use crate::{
     Backend, BackendError, BackendSnapshot, BootInfo, Capabilities, Capability, CheckStatus, ConsoleLog, ConsoleStream,
-    Defined, HostCheck, Launch, Probe, Reach, Restored, SnapshotTaken, StopMode, VmRef,
+    Defined, HostCheck, Launch, Probe, Reach, Restored, SharedDir, SnapshotTaken, StopMode, VmRef,
 };
 
 pub use self::config::LibvirtConfig;
@@ -370,9 +370,22 @@ impl LibvirtBackend {
         })
     }
 
+    /// Defines the domain; a q35 one with shared folders is defined again from what libvirt
+    /// made of it plus empty root ports (`mounts::with_spare_root_ports`), for `vm mount`.
     fn define_xml(&self, conn: &Connection, xml: &str, name: &str) -> Result<Domain, BackendError> {
-        conn.define_domain(xml)
-            .map_err(remote(format!("defining domain `{name}`")))
+        let what = || format!("defining domain `{name}`");
+        let dom = conn.define_domain(xml).map_err(remote(what()))?;
+        if !xml.contains("<filesystem") {
+            return Ok(dom);
+        }
+        let defined = dom.xml(ffi::XML_INACTIVE).map_err(remote(what()))?;
+        match mounts::with_spare_root_ports(&defined).map_err(|e| BackendError::Remote {
+            what: what(),
+            detail: e,
+        })? {
+            Some(again) => conn.define_domain(&again).map_err(remote(what())),
+            None => Ok(dom),
+        }
     }
 }
 
@@ -495,6 +508,89 @@ impl Backend for LibvirtBackend {
 
     fn mount_transport(&self) -> Result<(crate::MountTransport, Option<String>), BackendError> {
         Ok((crate::MountTransport::Virtiofs, None))
+    }
+
+    /// A local libvirt hot-plugs a virtio-fs `<filesystem>`; a folder for a remote host's
+    /// guest would be on that host, which nubo does not reach for files.
+    fn check_hot_plug(&self, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        let uri = self.spec_uri(machine)?;
+        if !uri.is_local() {
+            return Err(BackendError::unsupported(
+                ID,
+                format!(
+                    "adding or removing shared folder {} on VM `{}` of remote host `{uri}`",
+                    dir.guest.display(),
+                    machine.name
+                ),
+                "a local libvirt or the qemu backend for shared folders",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `virDomainAttachDeviceFlags` of the folder's `<filesystem>` (libvirt starts its
+    /// virtiofsd and hot-plugs the device), on memory shared from boot; a pc machine takes it on
+    /// its root bus, q35 in a spare root port (`define_xml`).
+    fn mount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)?;
+        let (_conn, dom) = self.domain_of(vm)?;
+        let (shared, has) = self.live_facts(vm, &dom, &dir.tag)?;
+        if !shared {
+            return Err(BackendError::unsupported(
+                ID,
+                format!(
+                    "adding shared folder {} to running VM `{}` (its memory is not shared with a file server: only a VM booted with a shared folder has that)",
+                    dir.host.display(),
+                    vm.name
+                ),
+                format!(
+                    "`nubo vm rm {0}` and `nubo vm create {0} --mount {1}:{2}` (a VM created with at least one --mount takes more with `vm mount`)",
+                    vm.name,
+                    dir.host.display(),
+                    dir.guest.display()
+                ),
+            ));
+        }
+        if has {
+            // Left by an interrupted `vm mount`: plugged again, so it is this folder.
+            self.unmount_running(vm, machine, dir)?;
+        }
+        dom.attach_device_live(&mounts::filesystem(dir)).map_err(remote(format!(
+            "adding shared folder {} to domain `{}`",
+            dir.host.display(),
+            vm.name
+        )))
+    }
+
+    /// `virDomainDetachDeviceFlags`, then waited for until the guest has released the device
+    /// (libvirt then stops its virtiofsd). Already gone: nothing to do.
+    fn unmount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
+        self.check_hot_plug(machine, dir)?;
+        let (_conn, dom) = self.domain_of(vm)?;
+        if !self.live_facts(vm, &dom, &dir.tag)?.1 {
+            return Ok(());
+        }
+        dom.detach_device_live(&mounts::filesystem(dir))
+            .map_err(remote(format!(
+                "removing shared folder {} from domain `{}`",
+                dir.guest.display(),
+                vm.name
+            )))?;
+        let deadline = std::time::Instant::now() + crate::UNPLUG_WAIT;
+        while self.live_facts(vm, &dom, &dir.tag)?.1 {
+            if std::time::Instant::now() >= deadline {
+                return Err(BackendError::Remote {
+                    what: format!("domain `{}`", vm.name),
+                    detail: format!(
+                        "the guest did not release shared folder {} within {} s: unmount it inside the guest, then run `nubo vm umount` again",
+                        dir.guest.display(),
+                        crate::UNPLUG_WAIT.as_secs()
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
@@ -1346,6 +1442,15 @@ pub struct Lease {
 }
 
 impl LibvirtBackend {
+    /// [`mounts::live_facts`] of the running domain: memory shared, folder `tag` present.
+    fn live_facts(&self, vm: &VmRef, dom: &Domain, tag: &str) -> Result<(bool, bool), BackendError> {
+        let xml = dom.xml(0).map_err(remote(format!("domain `{}`", vm.name)))?;
+        mounts::live_facts(&xml, tag).map_err(|e| BackendError::Remote {
+            what: format!("domain `{}`", vm.name),
+            detail: e,
+        })
+    }
+
     /// The VM's connection and domain; an error when the domain is gone.
     fn domain_of(&self, vm: &VmRef) -> Result<(Arc<Connection>, Domain), BackendError> {
         let st = self.state_or_default(vm);

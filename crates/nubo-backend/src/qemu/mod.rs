@@ -37,8 +37,6 @@ use crate::{
 };
 
 pub const BINARY: &str = "qemu-system-x86_64";
-/// How long a guest may take to acknowledge the unplug of a shared folder's device.
-const UNPLUG_WAIT: Duration = Duration::from_secs(20);
 /// Snapshots of a stopped VM's overlay.
 pub const QEMU_IMG: &str = "qemu-img";
 /// How long a QMP exchange may take before the VMM counts as unresponsive.
@@ -809,7 +807,7 @@ impl QemuBackend {
         };
         if present()? {
             self.qmp_execute(vm, st, "device_del", Some(serde_json::json!({"id": id})))?;
-            let deadline = std::time::Instant::now() + UNPLUG_WAIT;
+            let deadline = std::time::Instant::now() + crate::UNPLUG_WAIT;
             while present()? {
                 if std::time::Instant::now() >= deadline {
                     return Err(BackendError::Remote {
@@ -817,7 +815,7 @@ impl QemuBackend {
                         detail: format!(
                             "the guest did not release shared folder {} ({id}) within {} s: unmount it inside the guest, then run `nubo vm umount` again",
                             dir.guest.display(),
-                            UNPLUG_WAIT.as_secs()
+                            crate::UNPLUG_WAIT.as_secs()
                         ),
                     });
                 }

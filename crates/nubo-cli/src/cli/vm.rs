@@ -50,9 +50,9 @@ pub enum VmCmd {
     /// Snapshots of a VM: disk and memory while it runs, disk only while it is stopped
     #[command(subcommand)]
     Snapshot(SnapshotCmd),
-    /// Share a host directory with a running VM, mounted in the guest (hot-plug: qemu, pc machine, VM created with a --mount)
+    /// Share a host directory with a running VM, mounted in the guest (hot-plug: qemu pc machine or local libvirt, VM created with a --mount)
     Mount(MountArgs),
-    /// Stop sharing a directory with a running VM: unmounted in the guest, then unplugged (qemu)
+    /// Stop sharing a directory with a running VM: unmounted in the guest, then unplugged (qemu, local libvirt)
     Umount(UmountArgs),
 }
 

@@ -6,7 +6,8 @@
 //!   them; cloud-init has mounted both over virtio-fs when it reports done; a host file reads in
 //!   the guest, a guest write lands on the host, and a write to the read-only folder fails even
 //!   after the guest remounts it read-write (the device refuses, not the guest); no virtiofsd
-//!   is left after `vm rm`; `vm mount` and `vm umount` are refused by name and change nothing;
+//!   is left after `vm rm`; `vm mount` hot-plugs a third folder (q35: a spare root port) and
+//!   `vm umount` takes it away;
 //! - `--publish` on `--restrict-network`: the forward reaches python3's HTTP server in the guest
 //!   (started by the user-data's runcmd), from inside libvirtd's network namespace where QEMU
 //!   listens; `vm ls` and `vm inspect` show it;
@@ -74,6 +75,7 @@ impl DayOne {
     pub fn check(&self, root: &TestRoot, lv: &Libvirtd, name: &str) -> TestResult {
         self.domain_xml(lv, name)?;
         self.folders(root, name)?;
+        self.hot_plug(root, lv, name)?;
         published(root, lv, name)?;
         pause_resume(root, lv, name)
     }
@@ -164,16 +166,66 @@ impl DayOne {
                 "a write to the read-only folder was not refused: {first:?}, after remount: {remounted:?}"
             ));
         }
-        // libvirt hot-plugs no folder through nubo: refused by name before anything changes,
-        // and the guest keeps its folders.
-        let more = format!("{}:/mnt/more", self.rw.display());
-        nubo(root, &["vm", "mount", name, &more], QUICK)?.refused(&["unsupported by the libvirt backend", "qemu"])?;
-        nubo(root, &["vm", "umount", name, "/mnt/rw"], QUICK)?.refused(&["unsupported by the libvirt backend"])?;
-        let still = guest(root, name, "findmnt -n -o FSTYPE /mnt/rw")?;
-        if still != "virtiofs" {
-            return Err(format!("after a refused vm umount, /mnt/rw in the guest is {still:?}"));
-        }
         Ok(())
+    }
+
+    /// `vm mount` hot-plugs a third folder into the q35 guest (a spare root port) through
+    /// libvirt, which starts its virtiofsd; the guest has it mounted, a guest write reaches the
+    /// host; `vm umount` takes it away again: unmounted in the guest, out of the domain, its
+    /// virtiofsd gone.
+    fn hot_plug(&self, root: &TestRoot, lv: &Libvirtd, name: &str) -> TestResult {
+        let more = self.rw.with_file_name("share-more");
+        fs::create_dir_all(&more).map_err(|e| format!("creating {}: {e}", more.display()))?;
+        fs::write(more.join("more.txt"), "hot\n").map_err(|e| format!("writing more.txt: {e}"))?;
+        let t = Instant::now();
+        nubo(
+            root,
+            &["vm", "mount", name, &format!("{}:/mnt/more", more.display())],
+            QUICK,
+        )?
+        .require()?;
+        println!(
+            "timing libvirt vm mount (hot-plug, q35): {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
+        let filesystems = |lv: &Libvirtd| -> Result<usize, String> {
+            Ok(lv
+                .virsh(&["dumpxml", name])?
+                .require()?
+                .stdout
+                .matches("<filesystem ")
+                .count())
+        };
+        if filesystems(lv)? != 3 || virtiofsds(&more.display().to_string()).is_empty() {
+            return Err(format!(
+                "after vm mount the domain has {} filesystems and libvirt's virtiofsds for {} are {:?}",
+                filesystems(lv)?,
+                more.display(),
+                virtiofsds(&more.display().to_string())
+            ));
+        }
+        let seen = guest(
+            root,
+            name,
+            "findmnt -n -o FSTYPE /mnt/more; cat /mnt/more/more.txt; echo back | sudo tee /mnt/more/back.txt >/dev/null && sync",
+        )?;
+        let back = fs::read_to_string(more.join("back.txt")).unwrap_or_default();
+        if seen.split_whitespace().collect::<Vec<_>>() != ["virtiofs", "hot"] || back.trim() != "back" {
+            return Err(format!("the hot-plugged /mnt/more: guest {seen:?}, host {back:?}"));
+        }
+        nubo(root, &["vm", "umount", name, "/mnt/more"], QUICK)?.require()?;
+        let gone = guest(
+            root,
+            name,
+            "findmnt -n /mnt/more >/dev/null && echo MOUNTED || echo GONE",
+        )?;
+        if gone != "GONE" || filesystems(lv)? != 2 {
+            return Err(format!(
+                "after vm umount: guest {gone:?}, the domain has {} filesystems",
+                filesystems(lv)?
+            ));
+        }
+        no_virtiofsd(&more.display().to_string(), "after vm umount")
     }
 
     /// virtiofsd processes whose command line names one of the folders: (pid, command line).

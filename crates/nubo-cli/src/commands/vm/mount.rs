@@ -1,5 +1,6 @@
 //! `nubo vm mount` / `nubo vm umount`: shared folders on a running VM, where the backend can
-//! hot-plug them (qemu; see `Engine::mount`); the others refuse by name, with the alternative.
+//! hot-plug them (qemu, local libvirt; see `Engine::mount`); the others refuse by name, with
+//! the alternative.
 
 use nubo_engine::Engine;
 
