@@ -314,7 +314,48 @@ pub trait ConsoleStream: Read + Write + Send {
 }
 
 /// How long a guest may take to release a shared folder's device on `vm umount` (ACPI eject).
-pub(crate) const UNPLUG_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+const UNPLUG_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// After a hot-unplug request: polls `present` until the device of folder `dir` is gone, for at
+/// most [`UNPLUG_WAIT`]; the error names `what` (the VM) and the fix.
+pub(crate) fn wait_unplugged(
+    what: String,
+    dir: &SharedDir,
+    mut present: impl FnMut() -> Result<bool, BackendError>,
+) -> Result<(), BackendError> {
+    let deadline = std::time::Instant::now() + UNPLUG_WAIT;
+    while present()? {
+        if std::time::Instant::now() >= deadline {
+            return Err(BackendError::Remote {
+                what,
+                detail: format!(
+                    "the guest did not release shared folder {} ({}) within {} s: unmount it inside the guest, then run `nubo vm umount` again",
+                    dir.guest.display(),
+                    dir.tag,
+                    UNPLUG_WAIT.as_secs()
+                ),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// `vm mount`'s refusal for running VM `vm`, booted without the shared memory vhost-user needs.
+pub(crate) fn memory_not_shared(backend: &'static str, vm: &str, dir: &SharedDir) -> BackendError {
+    BackendError::unsupported(
+        backend,
+        format!(
+            "adding shared folder {} to running VM `{vm}` (its memory is not shared with a file server: only a VM booted with a virtio-fs folder has that)",
+            dir.host.display(),
+        ),
+        format!(
+            "`nubo vm rm {vm}` and `nubo vm create {vm} --mount {}:{}` (a VM created with at least one --mount takes more with `vm mount`)",
+            dir.host.display(),
+            dir.guest.display()
+        ),
+    )
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {

@@ -536,20 +536,7 @@ impl Backend for LibvirtBackend {
         let (_conn, dom) = self.domain_of(vm)?;
         let (shared, has) = self.live_facts(vm, &dom, &dir.tag)?;
         if !shared {
-            return Err(BackendError::unsupported(
-                ID,
-                format!(
-                    "adding shared folder {} to running VM `{}` (its memory is not shared with a file server: only a VM booted with a shared folder has that)",
-                    dir.host.display(),
-                    vm.name
-                ),
-                format!(
-                    "`nubo vm rm {0}` and `nubo vm create {0} --mount {1}:{2}` (a VM created with at least one --mount takes more with `vm mount`)",
-                    vm.name,
-                    dir.host.display(),
-                    dir.guest.display()
-                ),
-            ));
+            return Err(crate::memory_not_shared(ID, vm.name, dir));
         }
         if has {
             // Left by an interrupted `vm mount`: plugged again, so it is this folder.
@@ -576,20 +563,9 @@ impl Backend for LibvirtBackend {
                 dir.guest.display(),
                 vm.name
             )))?;
-        let deadline = std::time::Instant::now() + crate::UNPLUG_WAIT;
-        while self.live_facts(vm, &dom, &dir.tag)?.1 {
-            if std::time::Instant::now() >= deadline {
-                return Err(BackendError::Remote {
-                    what: format!("domain `{}`", vm.name),
-                    detail: format!(
-                        "the guest did not release shared folder {} within {} s: unmount it inside the guest, then run `nubo vm umount` again",
-                        dir.guest.display(),
-                        crate::UNPLUG_WAIT.as_secs()
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        crate::wait_unplugged(format!("domain `{}`", vm.name), dir, || {
+            Ok(self.live_facts(vm, &dom, &dir.tag)?.1)
+        })?;
         Ok(())
     }
 

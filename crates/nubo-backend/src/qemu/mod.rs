@@ -456,20 +456,7 @@ impl Backend for QemuBackend {
             .as_array()
             .is_some_and(|a| a.iter().any(|m| m["id"] == "mem0" && m["share"] == true));
         if !shared {
-            return Err(BackendError::unsupported(
-                "qemu",
-                format!(
-                    "adding shared folder {} to running VM `{}` (its memory is not shared with a file server: only a VM booted with a virtio-fs folder has that)",
-                    dir.host.display(),
-                    vm.name
-                ),
-                format!(
-                    "`nubo vm rm {0}` and `nubo vm create {0} --mount {1}:{2}` (a VM created with at least one --mount takes more with `vm mount`)",
-                    vm.name,
-                    dir.host.display(),
-                    dir.guest.display()
-                ),
-            ));
+            return Err(crate::memory_not_shared("qemu", vm.name, dir));
         }
         let index = dir.slot(machine.mounts.len());
         self.unplug(vm, &st, index, dir)?;
@@ -807,20 +794,7 @@ impl QemuBackend {
         };
         if present()? {
             self.qmp_execute(vm, st, "device_del", Some(serde_json::json!({"id": id})))?;
-            let deadline = std::time::Instant::now() + crate::UNPLUG_WAIT;
-            while present()? {
-                if std::time::Instant::now() >= deadline {
-                    return Err(BackendError::Remote {
-                        what: format!("VM `{}`", vm.name),
-                        detail: format!(
-                            "the guest did not release shared folder {} ({id}) within {} s: unmount it inside the guest, then run `nubo vm umount` again",
-                            dir.guest.display(),
-                            crate::UNPLUG_WAIT.as_secs()
-                        ),
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            crate::wait_unplugged(format!("VM `{}`", vm.name), dir, present)?;
         }
         let removed = self
             .qmp(vm.name, st)?
