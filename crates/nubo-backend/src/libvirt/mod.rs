@@ -598,6 +598,15 @@ impl Backend for LibvirtBackend {
                 "a libvirt network there (--network NAME) and `nubo vm ssh --jump USER@HOST NAME`, or a VM on this host for --publish",
             ));
         }
+        if !uri.is_local() && !spec.mounts.is_empty() {
+            // The folder was resolved on this host, but libvirt's virtiofsd would serve a path
+            // of the remote host.
+            return Err(BackendError::unsupported(
+                ID,
+                "shared folders (--mount) on a remote libvirt host",
+                "`nubo vm cp` to copy files to the VM, or a VM on this host for --mount",
+            ));
+        }
         let conn = self.conn(&uri)?;
         let mut notes = Vec::new();
         let (net, _) = self.net_for(&conn, spec)?;
@@ -1705,6 +1714,30 @@ mod tests_unit {
             e.to_string().contains("--publish") && e.to_string().contains("--jump"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn check_remote_uri_with_shared_folder_is_unsupported_before_connecting() {
+        let b = LibvirtBackend::new(None);
+        let mut spec = web_spec("qemu+tls://127.0.0.1:1/system");
+        spec.mounts = vec![SharedDir {
+            tag: "mount0".into(),
+            host: "/srv/data".into(),
+            guest: "/srv/data".into(),
+            read_only: false,
+            transport: crate::MountTransport::Virtiofs,
+        }];
+
+        let e = b.check(&spec).unwrap_err();
+
+        assert_eq!(e.kind(), nubo_core::ErrorKind::Unsupported, "{e}");
+        assert!(
+            e.to_string().contains("--mount") && e.to_string().contains("remote"),
+            "{e}"
+        );
+        // And the running-VM verbs likewise.
+        let e = b.check_hot_plug(&spec, &spec.mounts[0]).unwrap_err();
+        assert!(e.to_string().contains("remote host"), "{e}");
     }
 
     #[test]
