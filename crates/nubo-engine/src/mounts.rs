@@ -210,8 +210,15 @@ impl crate::Engine {
     /// [`GUEST_TIMEOUT`]; its error names the guest and what it said.
     fn in_guest(&self, name: &str, mut ssh: Vec<String>, script: &str) -> Result<(), EngineError> {
         use std::io::Read;
-        // Never a password or passphrase prompt: nubo's key or nothing.
-        ssh.splice(1..1, ["-o".to_owned(), "BatchMode=yes".to_owned()]);
+        // Never a password or passphrase prompt (nubo's key or nothing), and no connection
+        // sharing from the user's ssh config: a ControlPersist master would outlive this ssh
+        // holding its stderr.
+        ssh.splice(
+            1..1,
+            ["BatchMode=yes", "ControlMaster=no", "ControlPath=none"]
+                .into_iter()
+                .flat_map(|o| ["-o".to_owned(), o.to_owned()]),
+        );
         ssh.push(format!("sudo -n sh -c {}", sh_quote(script)));
         let fail = |detail: String| {
             EngineError::Backend(nubo_backend::BackendError::Remote {
@@ -227,10 +234,11 @@ impl crate::Engine {
             .spawn()
             .map_err(|e| fail(format!("starting ssh: {e}")))?;
         let mut stderr = child.stderr.take().expect("piped");
-        let reader = std::thread::spawn(move || {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             let mut out = Vec::new();
             let _ = (&mut stderr).take(16 << 10).read_to_end(&mut out);
-            out
+            let _ = tx.send(out);
         });
         let deadline = std::time::Instant::now() + GUEST_TIMEOUT;
         let status = loop {
@@ -246,7 +254,8 @@ impl crate::Engine {
                 }
             }
         };
-        let said = reader.join().unwrap_or_default();
+        // Bounded: whatever else holds the pipe open cannot keep nubo waiting.
+        let said = rx.recv_timeout(std::time::Duration::from_secs(2)).unwrap_or_default();
         let said = nubo_core::file::escape_control(String::from_utf8_lossy(&said).trim());
         match status {
             Some(st) if st.success() => Ok(()),
