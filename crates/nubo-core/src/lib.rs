@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod atomic;
 pub mod cancel;
+pub mod child;
 pub mod duration;
 pub mod error;
 pub mod file;

@@ -240,20 +240,7 @@ impl crate::Engine {
             let _ = (&mut stderr).take(16 << 10).read_to_end(&mut out);
             let _ = tx.send(out);
         });
-        let deadline = std::time::Instant::now() + GUEST_TIMEOUT;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(st)) => break Some(st),
-                Ok(None) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(50))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
-                }
-            }
-        };
+        let status = nubo_core::child::wait_bounded(&mut child, GUEST_TIMEOUT);
         // Bounded: whatever else holds the pipe open cannot keep nubo waiting.
         let said = rx.recv_timeout(std::time::Duration::from_secs(2)).unwrap_or_default();
         let said = nubo_core::file::escape_control(String::from_utf8_lossy(&said).trim());

@@ -9,7 +9,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::{CheckStatus, HostCheck};
 
@@ -84,18 +84,9 @@ fn expired(cert: &Path) -> Option<bool> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let t0 = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(s)) => return s.code().map(|c| c == 1),
-            Ok(None) if t0.elapsed() < Duration::from_secs(10) => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
+    nubo_core::child::wait_bounded(&mut child, Duration::from_secs(10))?
+        .code()
+        .map(|c| c == 1)
 }
 
 fn check(name: &str, status: CheckStatus, detail: String, fix: Option<String>) -> HostCheck {
