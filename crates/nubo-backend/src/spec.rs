@@ -180,9 +180,14 @@ pub fn mount_tag(index: usize) -> String {
     format!("mount{index}")
 }
 
+/// Each folder of `dirs` with its [`SharedDir::slot`].
+pub fn slots(dirs: &[SharedDir]) -> impl Iterator<Item = (usize, &SharedDir)> {
+    dirs.iter().enumerate().map(|(pos, d)| (d.slot(pos), d))
+}
+
 /// The tag of a folder added beside `dirs`: the lowest `mountN` none of them holds.
 pub fn free_mount_tag(dirs: &[SharedDir]) -> String {
-    let used: Vec<usize> = dirs.iter().enumerate().map(|(i, d)| d.slot(i)).collect();
+    let used: Vec<usize> = slots(dirs).map(|(n, _)| n).collect();
     let n = (0..).find(|n| !used.contains(n)).expect("a free slot below usize::MAX");
     mount_tag(n)
 }

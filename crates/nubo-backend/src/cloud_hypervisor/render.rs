@@ -101,12 +101,8 @@ pub fn vm_config(spec: &MachineSpec, st: &ChState, firmware: Option<&Path>) -> R
     if !spec.mounts.is_empty() {
         // vhost-user: virtiofsd maps the guest's RAM, so it is shared memory.
         config["memory"]["shared"] = json!(true);
-        config["fs"] = spec
-            .mounts
-            .iter()
-            .enumerate()
-            .map(|(pos, m)| {
-                let i = m.slot(pos);
+        config["fs"] = crate::spec::slots(&spec.mounts)
+            .map(|(i, m)| {
                 json!({
                     "id": format!("fs{i}"),
                     "tag": m.tag,

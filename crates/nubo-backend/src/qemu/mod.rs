@@ -107,12 +107,7 @@ impl QemuBackend {
     }
 
     fn command(&self, vm: &VmRef, cmd: &str) -> Result<(), BackendError> {
-        let st = QemuState::of(vm)?;
-        let mut q = self.qmp(vm.name, &st)?;
-        q.execute(cmd, None).map(|_| ()).map_err(|e| BackendError::Remote {
-            what: format!("VM `{}`", vm.name),
-            detail: e.to_string(),
-        })
+        self.qmp_execute(vm, &QemuState::of(vm)?, cmd, None).map(drop)
     }
 
     /// Starts QEMU; with `paused` it starts with `-S` (no guest code runs until `cont`), for a
@@ -468,7 +463,7 @@ impl Backend for QemuBackend {
                     vm,
                     &st,
                     "chardev-remove",
-                    Some(serde_json::json!({"id": format!("fs{index}")})),
+                    Some(serde_json::json!({"id": mounts::chardev_id(index)})),
                 );
             })
         });
@@ -482,12 +477,10 @@ impl Backend for QemuBackend {
     fn unmount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
         self.check_hot_plug(machine, dir)?;
         let st = QemuState::of(vm)?;
-        let position = machine
-            .mounts
-            .iter()
-            .position(|m| m == dir)
-            .unwrap_or(machine.mounts.len());
-        self.unplug(vm, &st, dir.slot(position), dir)
+        let index = crate::spec::slots(&machine.mounts)
+            .find(|(_, m)| *m == dir)
+            .map_or_else(|| dir.slot(machine.mounts.len()), |(i, _)| i);
+        self.unplug(vm, &st, index, dir)
     }
 
     fn prepare(&self, spec: &MachineSpec) -> Result<serde_json::Value, BackendError> {
@@ -796,9 +789,10 @@ impl QemuBackend {
             self.qmp_execute(vm, st, "device_del", Some(serde_json::json!({"id": id})))?;
             crate::wait_unplugged(format!("VM `{}`", vm.name), dir, present)?;
         }
-        let removed = self
-            .qmp(vm.name, st)?
-            .execute("chardev-remove", Some(serde_json::json!({"id": format!("fs{index}")})));
+        let removed = self.qmp(vm.name, st)?.execute(
+            "chardev-remove",
+            Some(serde_json::json!({"id": mounts::chardev_id(index)})),
+        );
         match removed {
             Ok(_) => {}
             // Gone already: an earlier unplug got this far.

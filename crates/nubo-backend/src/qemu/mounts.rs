@@ -47,9 +47,14 @@ pub fn socket(run_dir: &Path, index: usize) -> PathBuf {
     run_dir.join(format!("fs{index}.sock"))
 }
 
-/// The QEMU device id of the folder in slot `index` (its chardev is `fs<index>`).
+/// The QEMU device id of the folder in slot `index`.
 pub fn device_id(index: usize) -> String {
     format!("fsdev{index}")
+}
+
+/// The QEMU id of the folder's chardev (virtio-fs) or fsdev (9p) in slot `index`.
+pub fn chardev_id(index: usize) -> String {
+    format!("fs{index}")
 }
 
 /// Hot-plug of folder `m` into a running QEMU, slot `index`: its virtiofsd is started, then the
@@ -69,7 +74,7 @@ pub fn plug_commands(run_dir: &Path, index: usize, m: &SharedDir) -> [(&'static 
         (
             "chardev-add",
             serde_json::json!({
-                "id": format!("fs{index}"),
+                "id": chardev_id(index),
                 "backend": {"type": "socket", "data": {
                     "addr": {"type": "unix", "data": {"path": socket(run_dir, index)}},
                     "server": false,
@@ -81,7 +86,7 @@ pub fn plug_commands(run_dir: &Path, index: usize, m: &SharedDir) -> [(&'static 
             serde_json::json!({
                 "driver": "vhost-user-fs-pci",
                 "id": device_id(index),
-                "chardev": format!("fs{index}"),
+                "chardev": chardev_id(index),
                 "tag": m.tag,
             }),
         ),
@@ -118,27 +123,27 @@ pub fn argv(spec: &MachineSpec, run_dir: &Path, micro: bool) -> Vec<String> {
         a.push("-machine".into());
         a.push("memory-backend=mem0".into());
     }
-    for (pos, m) in spec.mounts.iter().enumerate() {
-        let i = m.slot(pos);
+    for (i, m) in crate::spec::slots(&spec.mounts) {
+        let id = chardev_id(i);
         match m.transport {
             MountTransport::Virtiofs => {
                 a.push("-chardev".into());
-                a.push(format!("socket,id=fs{i},path={}", opt(&socket(run_dir, i))));
+                a.push(format!("socket,id={id},path={}", opt(&socket(run_dir, i))));
                 a.push("-device".into());
                 let dev = if micro {
                     "vhost-user-fs-device"
                 } else {
                     "vhost-user-fs-pci"
                 };
-                a.push(format!("{dev},id={},chardev=fs{i},tag={}", device_id(i), m.tag));
+                a.push(format!("{dev},id={},chardev={id},tag={}", device_id(i), m.tag));
             }
             MountTransport::NineP => {
                 a.push("-fsdev".into());
                 let ro = if m.read_only { ",readonly=on" } else { "" };
-                a.push(format!("local,id=fs{i},path={},security_model=none{ro}", opt(&m.host)));
+                a.push(format!("local,id={id},path={},security_model=none{ro}", opt(&m.host)));
                 a.push("-device".into());
                 let dev = if micro { "virtio-9p-device" } else { "virtio-9p-pci" };
-                a.push(format!("{dev},fsdev=fs{i},mount_tag={}", m.tag));
+                a.push(format!("{dev},fsdev={id},mount_tag={}", m.tag));
             }
         }
     }
@@ -171,9 +176,9 @@ pub fn virtiofsd_argv(binary: &Path, m: &SharedDir, socket: &Path, root: bool) -
 /// Before anything exists: socket paths fit, and virtiofsd is there when a folder needs it.
 /// `backend` names who asks, in the error.
 pub fn check(spec: &MachineSpec, host: &HostEnv, backend: &'static str) -> Result<(), BackendError> {
-    for (pos, m) in spec.mounts.iter().enumerate() {
+    for (i, m) in crate::spec::slots(&spec.mounts) {
         if m.transport == MountTransport::Virtiofs {
-            check_socket_path(&socket(&spec.run_dir, m.slot(pos)))?;
+            check_socket_path(&socket(&spec.run_dir, i))?;
             if find_virtiofsd(host).is_none() {
                 return Err(virtiofsd_missing(backend));
             }
@@ -265,12 +270,8 @@ pub fn start<'a>(
 }
 
 fn start_all(spec: &MachineSpec, run_dir: &Path, host: &HostEnv, backend: &'static str) -> Result<(), BackendError> {
-    let wanted: Vec<(usize, &SharedDir)> = spec
-        .mounts
-        .iter()
-        .enumerate()
+    let wanted: Vec<(usize, &SharedDir)> = crate::spec::slots(&spec.mounts)
         .filter(|(_, m)| m.transport == MountTransport::Virtiofs)
-        .map(|(pos, m)| (m.slot(pos), m))
         .collect();
     if wanted.is_empty() {
         return Ok(());
@@ -348,11 +349,7 @@ fn start_one(name: &str, run_dir: &Path, i: usize, m: &SharedDir, binary: &Path)
 /// Kills every virtiofsd of the VM's folders still running (normally each has exited with
 /// QEMU) and removes their sockets and pid files. Succeeds when none is left.
 pub fn stop(spec: &MachineSpec, run_dir: &Path) -> Result<(), BackendError> {
-    stop_indices(
-        &spec.name,
-        run_dir,
-        spec.mounts.iter().enumerate().map(|(pos, m)| m.slot(pos)),
-    )
+    stop_indices(&spec.name, run_dir, crate::spec::slots(&spec.mounts).map(|(i, _)| i))
 }
 
 /// As [`stop`] for a VM whose machine is not at hand (destroy of an unreadable record): every
