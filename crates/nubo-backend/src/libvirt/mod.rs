@@ -540,7 +540,7 @@ impl Backend for LibvirtBackend {
         }
         if has {
             // Left by an interrupted `vm mount`: plugged again, so it is this folder.
-            self.unmount_running(vm, machine, dir)?;
+            self.detach_live(vm, &dom, dir)?;
         }
         dom.attach_device_live(&mounts::filesystem(dir)).map_err(remote(format!(
             "adding shared folder {} to domain `{}`",
@@ -549,24 +549,11 @@ impl Backend for LibvirtBackend {
         )))
     }
 
-    /// `virDomainDetachDeviceFlags`, then waited for until the guest has released the device
-    /// (libvirt then stops its virtiofsd). Already gone: nothing to do.
+    /// `virDomainDetachDeviceFlags`, waited for (`detach_live`).
     fn unmount_running(&self, vm: &VmRef, machine: &MachineSpec, dir: &SharedDir) -> Result<(), BackendError> {
         self.check_hot_plug(machine, dir)?;
         let (_conn, dom) = self.domain_of(vm)?;
-        if !self.live_facts(vm, &dom, &dir.tag)?.1 {
-            return Ok(());
-        }
-        dom.detach_device_live(&mounts::filesystem(dir))
-            .map_err(remote(format!(
-                "removing shared folder {} from domain `{}`",
-                dir.guest.display(),
-                vm.name
-            )))?;
-        crate::wait_unplugged(format!("domain `{}`", vm.name), dir, || {
-            Ok(self.live_facts(vm, &dom, &dir.tag)?.1)
-        })?;
-        Ok(())
+        self.detach_live(vm, &dom, dir)
     }
 
     fn check(&self, spec: &MachineSpec) -> Result<Vec<String>, BackendError> {
@@ -1427,6 +1414,23 @@ pub struct Lease {
 }
 
 impl LibvirtBackend {
+    /// Detaches folder `dir` from running domain `dom` and waits until the guest has released
+    /// it (libvirt then stops its virtiofsd). Already gone: nothing to do.
+    fn detach_live(&self, vm: &VmRef, dom: &Domain, dir: &SharedDir) -> Result<(), BackendError> {
+        if !self.live_facts(vm, dom, &dir.tag)?.1 {
+            return Ok(());
+        }
+        dom.detach_device_live(&mounts::filesystem(dir))
+            .map_err(remote(format!(
+                "removing shared folder {} from domain `{}`",
+                dir.guest.display(),
+                vm.name
+            )))?;
+        crate::wait_unplugged(format!("domain `{}`", vm.name), dir, || {
+            Ok(self.live_facts(vm, dom, &dir.tag)?.1)
+        })
+    }
+
     /// [`mounts::live_facts`] of the running domain: memory shared, folder `tag` present.
     fn live_facts(&self, vm: &VmRef, dom: &Domain, tag: &str) -> Result<(bool, bool), BackendError> {
         let xml = dom.xml(0).map_err(remote(format!("domain `{}`", vm.name)))?;
