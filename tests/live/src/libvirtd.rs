@@ -321,6 +321,29 @@ impl Drop for Libvirtd {
                 eprintln!("libvirtd: killed after SIGTERM did not end it");
             }
         }
+        // A libvirtd that had to be killed leaves its children running (the network's
+        // dnsmasq, a domain's QEMU): each is ended by the PID libvirt recorded for it, if that
+        // PID still runs the program named.
+        for (sub, program) in [("run/network", "dnsmasq"), ("run/qemu", "qemu")] {
+            for e in fs::read_dir(self.dir.path().join(sub)).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.ends_with(".pid") || name == "driver.pid" {
+                    continue;
+                }
+                let Some(pid) = fs::read_to_string(e.path())
+                    .ok()
+                    .and_then(|s| s.trim().parse::<i32>().ok())
+                else {
+                    continue;
+                };
+                let runs = fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(program));
+                if runs {
+                    eprintln!("libvirtd: ending its leftover {program} (pid {pid})");
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
         if let Some(pid) = virtlogd {
             let pid = nix::unistd::Pid::from_raw(pid);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
