@@ -292,6 +292,11 @@ impl Libvirtd {
     }
 }
 
+/// The PID in a daemon's PID file, if it holds one.
+fn read_pid(path: &Path) -> Option<i32> {
+    fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok())
+}
+
 impl Drop for Libvirtd {
     fn drop(&mut self) {
         if self.libvirtd.as_mut().is_some_and(|g| g.exited().is_none()) {
@@ -309,9 +314,7 @@ impl Drop for Libvirtd {
             }
         }
         let pidfile = self.dir.path().join("virtlogd.pid");
-        let virtlogd = fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|s| s.trim().parse::<i32>().ok());
+        let virtlogd = read_pid(&pidfile);
         if let Some(g) = self.libvirtd.as_mut() {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(g.pid() as i32),
@@ -330,10 +333,7 @@ impl Drop for Libvirtd {
                 if !name.ends_with(".pid") || name == "driver.pid" {
                     continue;
                 }
-                let Some(pid) = fs::read_to_string(e.path())
-                    .ok()
-                    .and_then(|s| s.trim().parse::<i32>().ok())
-                else {
+                let Some(pid) = read_pid(&e.path()) else {
                     continue;
                 };
                 let runs = fs::read(format!("/proc/{pid}/cmdline"))
